@@ -1,0 +1,29 @@
+/* aclnnop/aclnn_moe_token_permute_with_routing_map.h: the aclnnMoeTokenPermuteWithRoutingMap operator (CANN signature). Semantics: docs/ops/. */
+#ifndef ACLNN_MOE_TOKEN_PERMUTE_WITH_ROUTING_MAP_H_
+#define ACLNN_MOE_TOKEN_PERMUTE_WITH_ROUTING_MAP_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "aclnn/acl_meta.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Phase one: validates every shape, dtype and attribute, plans the work, returns the workspace size. */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnMoeTokenPermuteWithRoutingMapGetWorkspaceSize(
+    const aclTensor *tokens, const aclTensor *routingMap, const aclTensor *probsOptional,
+    int64_t numOutTokens, bool dropAndPad, aclTensor *permuteTokensOut, aclTensor *permuteProbsOutOptional,
+    aclTensor *sortedIndicesOut,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+
+/* Phase two: validates index data, then computes. Consumes the executor unless it is repeatable. */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnMoeTokenPermuteWithRoutingMap(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                            aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACLNN_MOE_TOKEN_PERMUTE_WITH_ROUTING_MAP_H_ */

@@ -1,0 +1,93 @@
+// moegrad/tensor.hpp: a non-owning strided view of a tensor, the one tensor description every layer uses.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+#include "moegrad/export.hpp"
+
+namespace moegrad {
+
+// Values are those of aclDataType, so the two convert by a cast.
+enum class DType : int32_t {
+  kFloat32 = 0,
+  kFloat16 = 1,
+  kInt8 = 2,
+  kInt32 = 3,
+  kUInt8 = 4,
+  kInt16 = 6,
+  kUInt16 = 7,
+  kUInt32 = 8,
+  kInt64 = 9,
+  kUInt64 = 10,
+  kFloat64 = 11,
+  kBool = 12,
+  kBFloat16 = 27,
+};
+
+// Size in bytes of one element; 0 for a value that is not a DType.
+constexpr size_t ElementSize(DType t) {
+  switch (t) {
+    case DType::kInt8: case DType::kUInt8: case DType::kBool: return 1;
+    case DType::kFloat16: case DType::kBFloat16: case DType::kInt16: case DType::kUInt16: return 2;
+    case DType::kFloat32: case DType::kInt32: case DType::kUInt32: return 4;
+    case DType::kInt64: case DType::kUInt64: case DType::kFloat64: return 8;
+  }
+  return 0;
+}
+
+// "FLOAT32", "BFLOAT16", ... (the names messages use).
+MOEGRAD_API const char* DTypeName(DType t);
+
+// Element (i0, i1, ...) lives at data + sum_d i_d * strides[d] elements. Strides are in elements and >= 0.
+struct TensorView {
+  static constexpr int kMaxRank = 8;
+
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  int rank = 0;
+  int64_t sizes[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};
+
+  TensorView() = default;
+  // A contiguous row-major view of `sizes` at `data` (at most kMaxRank sizes).
+  TensorView(void* data_, DType dtype_, std::initializer_list<int64_t> sizes_)
+      : data(data_), dtype(dtype_), rank(static_cast<int>(sizes_.size())) {
+    int d = 0;
+    for (int64_t s : sizes_) sizes[d++] = s;
+    int64_t stride = 1;
+    for (d = rank - 1; d >= 0; --d) {
+      strides[d] = stride;
+      stride *= sizes[d];
+    }
+  }
+  // A strided view; `strides_` has as many entries as `sizes_`.
+  TensorView(void* data_, DType dtype_, std::initializer_list<int64_t> sizes_,
+             std::initializer_list<int64_t> strides_)
+      : TensorView(data_, dtype_, sizes_) {
+    int d = 0;
+    for (int64_t s : strides_) strides[d++] = s;
+  }
+
+  int64_t size(int d) const { return sizes[d]; }
+  int64_t stride(int d) const { return strides[d]; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int d = 0; d < rank; ++d) n *= sizes[d];
+    return n;
+  }
+  size_t element_size() const { return ElementSize(dtype); }
+  bool is_contiguous() const {
+    int64_t expected = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      if (sizes[d] != 1 && strides[d] != expected) return false;
+      expected *= sizes[d];
+    }
+    return true;
+  }
+  template <typename T>
+  T* data_as() const { return static_cast<T*>(data); }
+};
+
+}  // namespace moegrad

@@ -1,0 +1,190 @@
+// Row primitives shared by every kernel, compiled once per SIMD target (include after foreach_target.h).
+//
+// Element types: float, hwy::float16_t, hwy::bfloat16_t. Rows are widened to fp32, computed in fp32 with
+// separate multiplies and adds (never fused, so every target and the scalar tails agree bit for bit), and
+// rounded once to the element type, round-to-nearest-even. Rows with an inner stride other than 1 take a
+// scalar path with exactly the same arithmetic.
+
+// Per-target include guard (Highway's toggle idiom).
+#if defined(MOEGRAD_KERNELS_ROW_OPS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MOEGRAD_KERNELS_ROW_OPS_INL_H_
+#undef MOEGRAD_KERNELS_ROW_OPS_INL_H_
+#else
+#define MOEGRAD_KERNELS_ROW_OPS_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "src/core/float16.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace moegrad::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// fp32 vectors of at most 16 lanes: the canonical dot product keeps 16 partial sums on every target.
+using DF = hn::CappedTag<float, 16>;
+using VF = hn::Vec<DF>;
+
+// --- scalar element access ------------------------------------------------------------------------------
+HWY_INLINE float ToF32(float v) { return v; }
+HWY_INLINE float ToF32(hwy::bfloat16_t v) { return F32FromBF16Bits(v.bits); }
+HWY_INLINE float ToF32(hwy::float16_t v) { return F32FromF16Bits(v.bits); }
+
+template <typename T>
+HWY_INLINE T FromF32(float v);
+template <>
+HWY_INLINE float FromF32<float>(float v) { return v; }
+template <>
+HWY_INLINE hwy::bfloat16_t FromF32<hwy::bfloat16_t>(float v) {
+  hwy::bfloat16_t r;
+  r.bits = BF16BitsFromF32(v);
+  return r;
+}
+template <>
+HWY_INLINE hwy::float16_t FromF32<hwy::float16_t>(float v) {
+  hwy::float16_t r;
+  r.bits = F16BitsFromF32(v);
+  return r;
+}
+
+// --- vector load / store with widening and round-to-nearest-even narrowing --------------------------------
+HWY_INLINE VF LoadF32(DF d, const float* p) { return hn::LoadU(d, p); }
+HWY_INLINE VF LoadF32(DF d, const hwy::bfloat16_t* p) {
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::Rebind<uint16_t, DF> du16;
+  const auto bits = hn::PromoteTo(du32, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p)));
+  return hn::BitCast(d, hn::ShiftLeft<16>(bits));
+}
+HWY_INLINE VF LoadF32(DF d, const hwy::float16_t* p) {
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  return hn::PromoteTo(d, hn::LoadU(dh, p));
+}
+
+HWY_INLINE void StoreF32(DF d, VF v, float* p) { hn::StoreU(v, d, p); }
+HWY_INLINE void StoreF32(DF /*d*/, VF v, hwy::bfloat16_t* p) {
+  // Highway 1.0.3 demotes f32 to bf16 by truncation; round to nearest even by hand, keeping NaNs quiet.
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> du16;
+  const auto u = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1));
+  const auto rounded = hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), lsb));
+  const auto magnitude = hn::BitCast(di, hn::And(u, hn::Set(du, 0x7fffffffu)));
+  const auto is_nan = hn::RebindMask(du, hn::Gt(magnitude, hn::Set(di, 0x7f800000)));
+  const auto bits = hn::IfThenElse(is_nan, hn::Or(u, hn::Set(du, 0x00400000u)), rounded);
+  const auto high = hn::BitCast(di, hn::ShiftRight<16>(bits));  // in [0, 65535]: the demotion is exact
+  hn::StoreU(hn::DemoteTo(du16, high), du16, reinterpret_cast<uint16_t*>(p));
+}
+HWY_INLINE void StoreF32(DF /*d*/, VF v, hwy::float16_t* p) {
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  hn::StoreU(hn::DemoteTo(dh, v), dh, p);
+}
+
+// --- rows -----------------------------------------------------------------------------------------------
+
+// dst[j] = 0.
+template <typename T>
+HWY_INLINE void ZeroRow(T* dst, int64_t dst_stride, int64_t n) {
+  const T zero = FromF32<T>(0.0f);
+  if (dst_stride == 1) {
+    for (int64_t j = 0; j < n; ++j) dst[j] = zero;  // compiles to a memset
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) dst[j * dst_stride] = zero;
+}
+
+// dst[j] = rne(src[j] * s).
+template <typename T>
+HWY_INLINE void ScaleRow(const T* src, int64_t src_stride, float s, T* dst, int64_t dst_stride, int64_t n) {
+  int64_t j = 0;
+  if (src_stride == 1 && dst_stride == 1) {
+    const DF d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    const VF vs = hn::Set(d, s);
+    for (; j + lanes <= n; j += lanes) StoreF32(d, hn::Mul(LoadF32(d, src + j), vs), dst + j);
+  }
+  for (; j < n; ++j) dst[j * dst_stride] = FromF32<T>(ToF32(src[j * src_stride]) * s);
+}
+
+// dst[j] = rne(p_0 + p_1 + ... + p_{count-1}) with p_m = row_m[j] * scale_m, summed in fp32 left to right
+// starting from p_0; zero when count is 0. `row(m, &scale)` returns row m and sets its scale. Every row
+// shares `src_stride` as its inner stride.
+template <typename T, typename RowFn>
+HWY_INLINE void SumRowsOf(int64_t count, const RowFn& row, int64_t src_stride, T* dst, int64_t dst_stride,
+                          int64_t n) {
+  if (count == 0) return ZeroRow(dst, dst_stride, n);
+  float s0;
+  const T* r0 = row(0, &s0);
+  if (count == 1) return ScaleRow(r0, src_stride, s0, dst, dst_stride, n);
+  int64_t j = 0;
+  if (src_stride == 1 && dst_stride == 1) {
+    const DF d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    for (; j + lanes <= n; j += lanes) {
+      VF acc = hn::Mul(LoadF32(d, r0 + j), hn::Set(d, s0));
+      for (int64_t m = 1; m < count; ++m) {
+        float s;
+        const T* r = row(m, &s);
+        acc = hn::Add(acc, hn::Mul(LoadF32(d, r + j), hn::Set(d, s)));
+      }
+      StoreF32(d, acc, dst + j);
+    }
+  }
+  for (; j < n; ++j) {
+    float acc = ToF32(r0[j * src_stride]) * s0;
+    for (int64_t m = 1; m < count; ++m) {
+      float s;
+      const T* r = row(m, &s);
+      acc += ToF32(r[j * src_stride]) * s;
+    }
+    dst[j * dst_stride] = FromF32<T>(acc);
+  }
+}
+
+// sum_j (x[j] + b[j]) * g[j] with x or b null meaning 0, in the canonical order every target shares:
+// element j goes to partial sum j % 16 (ascending j), then the 16 partials are added as a fixed tree.
+template <typename T>
+HWY_INLINE float DotRow(const T* x, int64_t x_stride, const T* b, int64_t b_stride, const T* g,
+                        int64_t g_stride, int64_t n) {
+  constexpr int kParts = 16;
+  HWY_ALIGN float part[kParts] = {};
+  const int64_t blocked = (x == nullptr && b == nullptr) ? 0 : n / kParts * kParts;
+  int64_t j = 0;
+  const bool unit = (x == nullptr || x_stride == 1) && (b == nullptr || b_stride == 1) && g_stride == 1;
+  if (unit && blocked > 0) {
+    const DF d;
+    constexpr size_t kLanes = hn::MaxLanes(DF());
+    static_assert(kParts % kLanes == 0, "a vector must hold a whole number of partial sums");
+    constexpr size_t kVecs = kParts / kLanes;
+    VF acc[kVecs];
+    for (size_t q = 0; q < kVecs; ++q) acc[q] = hn::Zero(d);
+    for (; j < blocked; j += kParts) {
+      for (size_t q = 0; q < kVecs; ++q) {
+        const int64_t o = j + static_cast<int64_t>(q * kLanes);
+        VF v;
+        if (x && b) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
+        else v = LoadF32(d, x ? x + o : b + o);
+        acc[q] = hn::Add(acc[q], hn::Mul(v, LoadF32(d, g + o)));
+      }
+    }
+    for (size_t q = 0; q < kVecs; ++q) hn::Store(acc[q], d, part + q * kLanes);
+  }
+  if (x != nullptr || b != nullptr) {
+    for (; j < n; ++j) {
+      float v;
+      if (x && b) v = ToF32(x[j * x_stride]) + ToF32(b[j * b_stride]);
+      else v = x ? ToF32(x[j * x_stride]) : ToF32(b[j * b_stride]);
+      part[j % kParts] += v * ToF32(g[j * g_stride]);
+    }
+  }
+  for (int w = kParts / 2; w >= 1; w /= 2) {
+    for (int l = 0; l < w; ++l) part[l] += part[l + w];
+  }
+  return part[0];
+}
+
+}  // namespace moegrad::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // MOEGRAD_KERNELS_ROW_OPS_INL_H_

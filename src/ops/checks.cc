@@ -1,0 +1,128 @@
+#include "src/ops/checks.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <string>
+
+namespace moegrad::ops {
+namespace {
+
+void FormatDims(const int64_t* dims, int rank, char* out, size_t cap) {
+  size_t n = static_cast<size_t>(std::snprintf(out, cap, "("));
+  for (int d = 0; d < rank && n < cap; ++d) {
+    n += static_cast<size_t>(std::snprintf(out + n, cap - n, d ? ", %lld" : "%lld",
+                                           static_cast<long long>(dims[d])));
+  }
+  if (n < cap) std::snprintf(out + n, cap - n, rank == 1 ? ",)" : ")");
+}
+
+bool IsFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+
+}  // namespace
+
+ShapeString::ShapeString(const TensorView& t) { FormatDims(t.sizes, t.rank, text, sizeof(text)); }
+
+ShapeString::ShapeString(std::initializer_list<int64_t> dims) {
+  FormatDims(dims.begin(), static_cast<int>(dims.size()), text, sizeof(text));
+}
+
+Status ArgChecker::Fail(StatusCode code, const char* fmt, ...) const {
+  char buf[480];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return Status(code, std::string(op_) + ": " + buf);
+}
+
+Status ArgChecker::Required(const TensorView* t, const char* name) const {
+  if (t == nullptr) return Fail(StatusCode::kNullptr, "%s is required but is null", name);
+  return Status::Ok();
+}
+
+Status ArgChecker::WellFormed(const TensorView& t, const char* name) const {
+  if (t.rank < 0 || t.rank > TensorView::kMaxRank) {
+    return Fail(StatusCode::kInvalid, "%s has rank %d; ranks 0..%d are supported", name, t.rank,
+                TensorView::kMaxRank);
+  }
+  if (ElementSize(t.dtype) == 0) {
+    return Fail(StatusCode::kInvalid, "%s has unknown dtype %d", name, static_cast<int>(t.dtype));
+  }
+  int64_t extent = 1;  // elements spanned by the view: 1 + sum (size - 1) * stride
+  bool empty = false;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.sizes[d] < 0) {
+      return Fail(StatusCode::kInvalid, "%s has negative size %lld in dimension %d", name,
+                  static_cast<long long>(t.sizes[d]), d);
+    }
+    if (t.strides[d] < 0) {
+      return Fail(StatusCode::kInvalid, "%s has negative stride %lld in dimension %d", name,
+                  static_cast<long long>(t.strides[d]), d);
+    }
+    if (t.sizes[d] == 0) empty = true;
+  }
+  int64_t numel = 1;
+  for (int d = 0; d < t.rank; ++d) {
+    int64_t span = 0;
+    if (__builtin_mul_overflow(t.sizes[d], numel, &numel) ||
+        (!empty && (__builtin_mul_overflow(t.sizes[d] - 1, t.strides[d], &span) ||
+                    __builtin_add_overflow(extent, span, &extent)))) {
+      return Fail(StatusCode::kInvalid, "%s of shape %s overflows 64-bit element offsets", name,
+                  ShapeString(t).text);
+    }
+  }
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(extent, static_cast<int64_t>(ElementSize(t.dtype)), &bytes)) {
+    return Fail(StatusCode::kInvalid, "%s of shape %s overflows 64-bit byte offsets", name, ShapeString(t).text);
+  }
+  if (!empty && t.data == nullptr) {
+    return Fail(StatusCode::kNullptr, "%s has shape %s but its data pointer is null", name, ShapeString(t).text);
+  }
+  return Status::Ok();
+}
+
+Status ArgChecker::Rank(const TensorView& t, const char* name, int rank) const {
+  if (t.rank != rank) {
+    return Fail(StatusCode::kInvalid, "%s must be %d-D but has shape %s", name, rank, ShapeString(t).text);
+  }
+  return Status::Ok();
+}
+
+Status ArgChecker::Shape(const TensorView& t, const char* name, std::initializer_list<int64_t> want) const {
+  bool match = t.rank == static_cast<int>(want.size());
+  for (int d = 0; match && d < t.rank; ++d) {
+    const int64_t w = want.begin()[d];
+    match = (w < 0 || t.sizes[d] == w);
+  }
+  if (!match) {
+    return Fail(StatusCode::kInvalid, "%s has shape %s but must be %s", name, ShapeString(t).text,
+                ShapeString(want).text);
+  }
+  return Status::Ok();
+}
+
+Status ArgChecker::DTypeIs(const TensorView& t, const char* name, DType want) const {
+  if (t.dtype != want) {
+    return Fail(StatusCode::kInvalid, "%s has dtype %s but must be %s", name, DTypeName(t.dtype), DTypeName(want));
+  }
+  return Status::Ok();
+}
+
+Status ArgChecker::FloatDType(const TensorView& t, const char* name) const {
+  if (!IsFloat(t.dtype)) {
+    return Fail(StatusCode::kInvalid, "%s has dtype %s but must be FLOAT32, FLOAT16 or BFLOAT16", name,
+                DTypeName(t.dtype));
+  }
+  return Status::Ok();
+}
+
+Status ArgChecker::SameDType(const TensorView& t, const char* name, const TensorView& ref,
+                             const char* ref_name) const {
+  if (t.dtype != ref.dtype) {
+    return Fail(StatusCode::kInvalid, "%s has dtype %s but %s has %s; all float tensors must share one dtype",
+                name, DTypeName(t.dtype), ref_name, DTypeName(ref.dtype));
+  }
+  return Status::Ok();
+}
+
+}  // namespace moegrad::ops

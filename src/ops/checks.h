@@ -1,0 +1,46 @@
+// Argument rules shared by every operator, each failing with one line that names the operator, the
+// argument, the offending value and the rule.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "moegrad/status.hpp"
+#include "moegrad/tensor.hpp"
+#include "src/core/status_util.h"
+
+namespace moegrad::ops {
+
+class ArgChecker {
+ public:
+  explicit ArgChecker(const char* op) : op_(op) {}
+  const char* op() const { return op_; }
+
+  // NULLPTR when a required tensor is missing.
+  Status Required(const TensorView* t, const char* name) const;
+  // Sizes and strides non-negative, known dtype, byte extent representable in 64 bits.
+  Status WellFormed(const TensorView& t, const char* name) const;
+  Status Rank(const TensorView& t, const char* name, int rank) const;
+  // Rank and every size; -1 in `want` accepts any size in that dimension.
+  Status Shape(const TensorView& t, const char* name, std::initializer_list<int64_t> want) const;
+  Status DTypeIs(const TensorView& t, const char* name, DType want) const;
+  // FLOAT32, FLOAT16 or BFLOAT16.
+  Status FloatDType(const TensorView& t, const char* name) const;
+  // All float tensors of one call share one dtype.
+  Status SameDType(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name) const;
+
+  // "<op>: <formatted message>" with the given status.
+  __attribute__((format(printf, 3, 4))) Status Fail(StatusCode code, const char* fmt, ...) const;
+
+ private:
+  const char* op_;
+};
+
+// "(2, 3, 4)" for messages.
+struct ShapeString {
+  explicit ShapeString(const TensorView& t);
+  explicit ShapeString(std::initializer_list<int64_t> dims);
+  char text[200];
+};
+
+}  // namespace moegrad::ops

@@ -1,0 +1,15 @@
+// The scalar reference implementation of every operator: the formulas of the spec, one element at a
+// time, fp32 arithmetic with sums in ascending order. It assumes valid arguments (the operators validate)
+// and is the oracle of the tests, `moegrad check` and `moegrad bench`.
+#pragma once
+
+#include "moegrad/ops.hpp"
+
+namespace moegrad::ref {
+
+void FinalizeRoutingV2Grad(const FinalizeRoutingV2GradArgs& a);
+void TokenPermuteWithRoutingMapGrad(const TokenPermuteWithRoutingMapGradArgs& a);
+void FinalizeRoutingV2(const FinalizeRoutingV2Args& a);
+void TokenPermuteWithRoutingMap(const TokenPermuteWithRoutingMapArgs& a);
+
+}  // namespace moegrad::ref
