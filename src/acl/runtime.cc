@@ -170,7 +170,12 @@ aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDat
   if (__builtin_mul_overflow(storage, static_cast<int64_t>(moegrad::ElementSize(view.dtype)), &bytes)) {
     return CreateFailed("the storage overflows 64-bit byte counts");
   }
-  if (tensorData != nullptr) view.data = static_cast<char*>(tensorData) + offset * static_cast<int64_t>(view.element_size());
+  // Only an empty view can have an offset past its storage; its byte offset must still be representable.
+  int64_t offset_bytes;
+  if (__builtin_mul_overflow(offset, static_cast<int64_t>(view.element_size()), &offset_bytes)) {
+    return CreateFailed("offset " + std::to_string(offset) + " overflows 64-bit byte offsets");
+  }
+  if (tensorData != nullptr) view.data = static_cast<char*>(tensorData) + offset_bytes;
   auto* t = new (std::nothrow) aclTensor;
   if (t == nullptr) return CreateFailed("out of memory");
   t->view = view;

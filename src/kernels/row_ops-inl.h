@@ -14,6 +14,7 @@
 #endif
 
 #include <cstdint>
+#include <cstring>
 
 #include "hwy/highway.h"
 #include "src/core/float16.h"
@@ -76,9 +77,19 @@ HWY_INLINE void StoreF32(DF /*d*/, VF v, hwy::bfloat16_t* p) {
   const auto high = hn::BitCast(di, hn::ShiftRight<16>(bits));  // in [0, 65535]: the demotion is exact
   hn::StoreU(hn::DemoteTo(du16, high), du16, reinterpret_cast<uint16_t*>(p));
 }
-HWY_INLINE void StoreF32(DF /*d*/, VF v, hwy::float16_t* p) {
+HWY_INLINE void StoreF32(DF d, VF v, hwy::float16_t* p) {
+#if HWY_ARCH_X86 && HWY_TARGET < HWY_SSE4 && !defined(HWY_DISABLE_F16C)
+  // AVX2 and up convert with F16C (vcvtps2ph), which rounds to nearest even.
+  (void)d;
   const hn::Rebind<hwy::float16_t, DF> dh;
   hn::StoreU(hn::DemoteTo(dh, v), dh, p);
+#else
+  // Elsewhere Highway 1.0.3 emulates the demotion by truncation (and without overflow to infinity): round
+  // each lane with the scalar conversion instead.
+  HWY_ALIGN float lanes[hn::MaxLanes(DF())];
+  hn::Store(v, d, lanes);
+  for (size_t i = 0; i < hn::Lanes(d); ++i) p[i].bits = F16BitsFromF32(lanes[i]);
+#endif
 }
 
 // --- rows -----------------------------------------------------------------------------------------------
@@ -88,7 +99,8 @@ template <typename T>
 HWY_INLINE void ZeroRow(T* dst, int64_t dst_stride, int64_t n) {
   const T zero = FromF32<T>(0.0f);
   if (dst_stride == 1) {
-    for (int64_t j = 0; j < n; ++j) dst[j] = zero;  // compiles to a memset
+    // +0 is all zero bits in all three types. (A loop over the 16-bit struct types stays a scalar store loop.)
+    std::memset(static_cast<void*>(dst), 0, static_cast<size_t>(n) * sizeof(T));
     return;
   }
   for (int64_t j = 0; j < n; ++j) dst[j * dst_stride] = zero;

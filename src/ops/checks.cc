@@ -16,6 +16,19 @@ void FormatDims(const int64_t* dims, int rank, char* out, size_t cap) {
   if (n < cap) std::snprintf(out + n, cap - n, rank == 1 ? ",)" : ")");
 }
 
+// The bytes a well-formed view may touch, [begin, end); begin == end for an empty view. Saturates at the top of
+// the address space instead of wrapping.
+void ByteSpan(const TensorView& t, uintptr_t* begin, uintptr_t* end) {
+  *begin = *end = reinterpret_cast<uintptr_t>(t.data);
+  uint64_t extent = 1;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.sizes[d] == 0) return;
+    extent += static_cast<uint64_t>(t.sizes[d] - 1) * static_cast<uint64_t>(t.strides[d]);
+  }
+  const uint64_t bytes = extent * ElementSize(t.dtype);  // WellFormed: fits in 63 bits
+  if (__builtin_add_overflow(*begin, static_cast<uintptr_t>(bytes), end)) *end = UINTPTR_MAX;
+}
+
 bool IsFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
 
 }  // namespace
@@ -121,6 +134,17 @@ Status ArgChecker::SameDType(const TensorView& t, const char* name, const Tensor
   if (t.dtype != ref.dtype) {
     return Fail(StatusCode::kInvalid, "%s has dtype %s but %s has %s; all float tensors must share one dtype",
                 name, DTypeName(t.dtype), ref_name, DTypeName(ref.dtype));
+  }
+  return Status::Ok();
+}
+
+Status ArgChecker::NoOverlap(const TensorView& out, const char* out_name, const TensorView& other,
+                             const char* other_name) const {
+  uintptr_t a0, a1, b0, b1;
+  ByteSpan(out, &a0, &a1);
+  ByteSpan(other, &b0, &b1);
+  if (a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1) {
+    return Fail(StatusCode::kInvalid, "%s overlaps %s in memory", out_name, other_name);
   }
   return Status::Ok();
 }

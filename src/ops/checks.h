@@ -28,6 +28,11 @@ class ArgChecker {
   Status FloatDType(const TensorView& t, const char* name) const;
   // All float tensors of one call share one dtype.
   Status SameDType(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name) const;
+  // INVALID ("<op>: <out_name> overlaps <other_name> in memory") when the byte spans of two views intersect:
+  // [data, data + (1 + sum (size - 1) * stride) * element size). Conservative (interleaved views that share
+  // no element still count as overlapping); an empty view overlaps nothing. Call after WellFormed on both.
+  Status NoOverlap(const TensorView& out, const char* out_name, const TensorView& other,
+                   const char* other_name) const;
 
   // "<op>: <formatted message>" with the given status.
   __attribute__((format(printf, 3, 4))) Status Fail(StatusCode code, const char* fmt, ...) const;

@@ -129,7 +129,10 @@ Status PlanFinalizeRoutingV2Grad(const FinalizeRoutingV2GradParams& p, std::uniq
   int64_t K = 0;
   if (p.scales != nullptr) {
     MOEGRAD_RETURN_IF_ERROR(c.Rank(*p.scales, "scales", 2));
-    MOEGRAD_RETURN_IF_ERROR(c.Shape(*p.scales, "scales", {R, -1}));
+    if (p.scales->sizes[0] != R) {
+      return c.Fail(StatusCode::kInvalid, "scales has shape %s but must have the R = %lld rows of gradY",
+                    ShapeString(*p.scales).text, static_cast<long long>(R));
+    }
     K = p.scales->sizes[1];
     if (pairs != R * K) {
       return c.Fail(StatusCode::kInvalid, "expandedRowIdx has %lld elements but must have R*K = %lld * %lld",
@@ -140,6 +143,8 @@ Status PlanFinalizeRoutingV2Grad(const FinalizeRoutingV2GradParams& p, std::uniq
       return c.Fail(StatusCode::kInvalid, "expandedRowIdx has %lld elements but gradY has 0 rows",
                     static_cast<long long>(pairs));
     }
+    // With no tokens nothing determines K; an expertIdx of shape (0, K) fixes it instead of being rejected.
+    if (p.expert_idx != nullptr && p.expert_idx->rank == 2) K = p.expert_idx->sizes[1];
   } else {
     if (pairs % R != 0) {
       return c.Fail(StatusCode::kInvalid,
@@ -184,6 +189,16 @@ Status PlanFinalizeRoutingV2Grad(const FinalizeRoutingV2GradParams& p, std::uniq
                 {p.grad_expanded_x, "gradExpandedXOut"}, {p.scales ? p.grad_scales : nullptr, "gradScalesOut"}};
   for (const auto& f : floats) {
     if (f.t != nullptr) MOEGRAD_RETURN_IF_ERROR(c.SameDType(*f.t, f.name, grad_y, "gradY"));
+  }
+
+  // Outputs (all[6], all[7]) must not share bytes with any input or with each other; gradScalesOut counts only
+  // when it is written (scales given).
+  const int outputs = p.scales != nullptr ? 8 : 7;
+  for (int o = 6; o < outputs; ++o) {
+    for (int a = 0; a < outputs; ++a) {
+      if (a == o || all[a].t == nullptr) continue;
+      MOEGRAD_RETURN_IF_ERROR(c.NoOverlap(*all[o].t, all[o].name, *all[a].t, all[a].name));
+    }
   }
 
   auto out = std::unique_ptr<FinalizeGradPlan>(new (std::nothrow) FinalizeGradPlan);

@@ -1,0 +1,242 @@
+#!/usr/bin/python3
+"""moegrad against the PyTorch eager alternative, on the same shapes, in one run.
+
+The PyTorch side is what a training framework runs without fused routing kernels:
+  * dispatch: Megatron-style permute from a (T, E) routing map -- masked_select of token ids and probs
+    (dropless) or a stable descending argsort per expert cut to the capacity (drop-and-pad), then
+    index_select of the token rows;
+  * combine: the formula MoeFinalizeRoutingV2 computes -- index_select of the expert-output rows named by
+    expandedRowIdx (dropped rows masked to zero), plus the gathered expert bias, weighted by the routing
+    scales and summed over the top-k (the pattern of Megatron's unpermute).
+For the two gradient operators only the backward pass is timed: the forward graph is built once and
+torch.autograd.grad(..., retain_graph=True) is timed on it. The forward operators are timed under no_grad.
+
+moegrad is timed by its own tool in the same run (`moegrad bench --json`), whose shapes (preset table,
+capacity C = ceil(T*K/E)) this script takes over, so both sides see the same problem sizes and the same kind
+of routing: a random top-k of distinct experts per token.
+
+  /usr/bin/python3 bench/compare_torch.py [--preset deepseek-v3] [--tokens N] [--dtype bf16|f16|f32|all]
+                                          [--moegrad build/tools/moegrad] [--json out.json]
+"""
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def median_seconds(fn, warmup=2, min_runs=5, max_runs=200, budget=0.5):
+    for _ in range(warmup):
+        fn()
+    times = []
+    while len(times) < max_runs and (len(times) < min_runs or sum(times) < budget):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+# ----- routing data, as the forward routing operators produce it ----------------------------------------
+
+def random_routing(T, E, K, gen):
+    """K distinct experts per token (a top-k of random scores) and the (T, E) routing map."""
+    experts = torch.rand(T, E, generator=gen).topk(K, dim=1).indices
+    routing_map = torch.zeros(T, E, dtype=torch.bool)
+    routing_map.scatter_(1, experts, True)
+    return experts, routing_map
+
+
+def init_routing_row_idx(experts, E, capacity):
+    """expandedRowIdx of MoeInitRoutingV2 for token-major pairs: the stable expert order (dropless), or
+    e*C + position inside expert e, -1 past the capacity (drop-and-pad)."""
+    flat = experts.reshape(-1)
+    order = torch.sort(flat, stable=True).indices
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel())
+    if capacity == 0:
+        return rank
+    counts = torch.bincount(flat, minlength=E)
+    pos = rank - (counts.cumsum(0) - counts)[flat]
+    return torch.where(pos < capacity, flat * capacity + pos, torch.full_like(pos, -1))
+
+
+# ----- the PyTorch eager operators ------------------------------------------------------------------------
+
+def combine(expanded_x, row_idx, scales, bias, expert_idx, drop_pad):
+    """out[r] = sum_k scales[r, k] * (expanded_x[row_idx[r*K + k]] + bias[expert_idx[r, k]])."""
+    R, K = scales.shape
+    H = expanded_x.shape[-1]
+    rows = expanded_x.reshape(-1, H)
+    if drop_pad:
+        kept = row_idx >= 0
+        gathered = rows.index_select(0, row_idx.clamp(min=0)).masked_fill(~kept.unsqueeze(1), 0)
+    else:
+        gathered = rows.index_select(0, row_idx)
+    if bias is not None:
+        gathered = gathered + bias.index_select(0, expert_idx.reshape(-1))
+    return (gathered.view(R, K, H) * scales.unsqueeze(-1)).sum(dim=1)
+
+
+def permute(tokens, routing_map, probs, num_out_tokens, drop_and_pad):
+    """Megatron-LM's routing-map permute: expert-major rows of tokens and their probabilities."""
+    T = tokens.shape[0]
+    E = routing_map.shape[1]
+    if drop_and_pad:
+        capacity = num_out_tokens // E
+        rm = routing_map.to(torch.int8).T.contiguous()
+        sorted_indices = rm.argsort(dim=-1, descending=True, stable=True)[:, :capacity].contiguous().view(-1)
+        offsets = torch.arange(E).repeat_interleave(capacity) * T
+        permuted_probs = probs.T.contiguous().view(-1).index_select(0, offsets + sorted_indices)
+    else:
+        rm = routing_map.T.contiguous()
+        sorted_indices = torch.arange(T).unsqueeze(0).expand(E, -1).masked_select(rm)
+        permuted_probs = probs.T.contiguous().masked_select(rm)
+    return tokens.index_select(0, sorted_indices), permuted_probs
+
+
+# ----- one benchmark row each -------------------------------------------------------------------------------
+
+def finalize_case(shape, dtype, drop_pad, with_bias, backward, gen):
+    T, H, E, K, C = shape
+    experts, _ = random_routing(T, E, K, gen)
+    row_idx = init_routing_row_idx(experts, E, C if drop_pad else 0)
+    rows = E * C if drop_pad else T * K
+    expanded_x = torch.rand(rows, H, generator=gen).to(dtype)
+    scales = torch.rand(T, K, generator=gen).to(dtype)
+    bias = torch.rand(E, H, generator=gen).to(dtype) if with_bias else None
+    if not backward:
+        def forward():
+            with torch.no_grad():
+                combine(expanded_x, row_idx, scales, bias, experts, drop_pad)
+        return forward
+    expanded_x.requires_grad_()
+    scales.requires_grad_()
+    out = combine(expanded_x, row_idx, scales, bias, experts, drop_pad)
+    grad_y = torch.rand(T, H, generator=gen).to(dtype)
+    return lambda: torch.autograd.grad(out, (expanded_x, scales), grad_y, retain_graph=True)
+
+
+def permute_case(shape, dtype, drop_and_pad, backward, gen):
+    T, H, E, K, C = shape
+    _, routing_map = random_routing(T, E, K, gen)
+    n = E * C if drop_and_pad else T * K
+    tokens = torch.rand(T, H, generator=gen).to(dtype)
+    probs = torch.rand(T, E, generator=gen).to(dtype)
+    if not backward:
+        def forward():
+            with torch.no_grad():
+                permute(tokens, routing_map, probs, n, drop_and_pad)
+        return forward
+    tokens.requires_grad_()
+    probs.requires_grad_()
+    out_tokens, out_probs = permute(tokens, routing_map, probs, n, drop_and_pad)
+    g_tokens = torch.rand(out_tokens.shape, generator=gen).to(dtype)
+    g_probs = torch.rand(out_probs.shape, generator=gen).to(dtype)
+    return lambda: torch.autograd.grad((out_tokens, out_probs), (tokens, probs), (g_tokens, g_probs),
+                                       retain_graph=True)
+
+
+# moegrad bench rows (key, mode) -> (what PyTorch runs, its case builder)
+TORCH_ROWS = {
+    ("finalize-grad", "dropless scales+bias"):
+        ("combine backward", lambda s, d, g: finalize_case(s, d, False, True, True, g)),
+    ("finalize-grad", "drop-pad scales"):
+        ("combine backward", lambda s, d, g: finalize_case(s, d, True, False, True, g)),
+    ("permute-grad", "dropless probs"):
+        ("permute backward", lambda s, d, g: permute_case(s, d, False, True, g)),
+    ("permute-grad", "drop-pad probs"):
+        ("permute backward", lambda s, d, g: permute_case(s, d, True, True, g)),
+    ("finalize", "mode2 dropless scales+bias"):
+        ("combine forward", lambda s, d, g: finalize_case(s, d, False, True, False, g)),
+    ("finalize", "mode3 drop-pad scales"):
+        ("combine forward", lambda s, d, g: finalize_case(s, d, True, False, False, g)),
+    ("permute", "dropless probs"):
+        ("permute forward", lambda s, d, g: permute_case(s, d, False, False, g)),
+    ("permute", "drop-pad probs"):
+        ("permute forward", lambda s, d, g: permute_case(s, d, True, False, g)),
+}
+
+
+def find_moegrad():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = sorted(glob.glob(os.path.join(root, "build*", "tools", "moegrad")), key=os.path.getmtime)
+    if found:
+        return found[-1]
+    return "moegrad"
+
+
+def fmt_ms(s):
+    return "-" if s is None else f"{s * 1e3:.3f} ms"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="deepseek-v3")
+    ap.add_argument("--tokens", type=int, default=0, help="0: the preset's default")
+    ap.add_argument("--dtype", default="bf16", choices=["f32", "f16", "bf16", "all"])
+    ap.add_argument("--moegrad", default=None, help="the moegrad tool (default: the newest build*/tools/moegrad)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--json", default=None, help="also write the rows here")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    tool = args.moegrad or find_moegrad()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "moegrad.json")
+        cmd = [tool, "bench", "--preset", args.preset, "--dtype", args.dtype, "--threads", str(args.threads),
+               "--json", out]
+        if args.tokens:
+            cmd += ["--tokens", str(args.tokens)]
+        print("running:", " ".join(cmd), file=sys.stderr)
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            mg = json.load(f)
+    shape = (mg["tokens"], mg["hidden"], mg["experts"], mg["topk"], mg["capacity"])
+
+    gen = torch.Generator().manual_seed(1)
+    results = []
+    for row in mg["rows"]:
+        what, build = TORCH_ROWS.get((row["key"], row["mode"]), (None, None))
+        torch_s = None
+        if build is not None:
+            print(f"torch: {row['op']} {row['mode']} {row['dtype']}", file=sys.stderr)
+            try:
+                torch_s = median_seconds(build(shape, DTYPES[row["dtype"]], gen))
+            except RuntimeError as e:  # an op without a kernel for this dtype on CPU
+                what = f"n/a ({str(e).splitlines()[0][:40]})"
+        results.append(dict(op=row["op"], mode=row["mode"], dtype=row["dtype"], torch=what, torch_s=torch_s,
+                            moegrad_s=row["median_s"], verified=row["verified"],
+                            speedup=(torch_s / row["median_s"]) if torch_s and row["median_s"] else None))
+
+    T, H, E, K, C = shape
+    print(f"{mg['preset']}: T={T} H={H} E={E} K={K} (drop-pad C={C}), {args.threads} threads; "
+          f"torch {torch.__version__} eager, moegrad {mg['version']} {mg['simd_target']}")
+    w_op = max(len(r["op"]) for r in results)
+    w_mode = max(len(r["mode"]) for r in results)
+    w_t = max(len(r["torch"] or "-") for r in results)
+    print(f"{'operator':<{w_op}}  {'mode':<{w_mode}}  dtype  {'torch runs':<{w_t}}  {'torch':>12}  "
+          f"{'moegrad':>12}  speedup  verified")
+    for r in results:
+        sp = f"{r['speedup']:.2f}x" if r["speedup"] else "-"
+        print(f"{r['op']:<{w_op}}  {r['mode']:<{w_mode}}  {r['dtype']:<5}  {r['torch'] or '-':<{w_t}}  "
+              f"{fmt_ms(r['torch_s']):>12}  {fmt_ms(r['moegrad_s']):>12}  {sp:>7}  "
+              f"{'ok' if r['verified'] else 'FAIL'}")
+    print("torch times: backward only (autograd.grad on a built graph) for the gradient operators, no_grad "
+          "forward for the others; moegrad: plan + run, median.")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(shape=dict(tokens=T, hidden=H, experts=E, topk=K, capacity=C), threads=args.threads,
+                           torch=torch.__version__, moegrad=mg["version"], rows=results), f, indent=1)
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

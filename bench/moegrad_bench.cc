@@ -1,0 +1,135 @@
+// Google Benchmark suite: each operator/mode/dtype of the shared benchmark rows on each model preset at
+// decode-like token counts (1, 16, 128) and the preset's default count, timed as `moegrad bench` times it
+// (plan + run with a preallocated workspace), with bytes_per_second from the minimum bytes the operator
+// must move. BM_Copy is the yardstick: a parallel memcpy (bytes read + written) with the same threads.
+//
+//   moegrad_bench --benchmark_filter='finalize-grad/.*/bf16/deepseek-v3'
+//
+// Threads: MOEGRAD_NUM_THREADS (default every CPU).
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <new>
+#include <string>
+
+#include "moegrad/plan.hpp"
+#include "tools/moegrad/common/catalog.h"
+#include "tools/moegrad/common/measure.h"
+#include "tools/moegrad/common/model_presets.h"
+
+namespace moegrad::tool {
+namespace {
+
+struct Aligned {
+  explicit Aligned(size_t bytes) : p(bytes ? ::operator new(bytes, std::align_val_t(64)) : nullptr) {}
+  ~Aligned() {
+    if (p) ::operator delete(p, std::align_val_t(64));
+  }
+  void* p;
+};
+
+// Google Benchmark calls a benchmark function several times while it settles the iteration count; the
+// problem (large for the model presets) is built once and kept only until another benchmark runs.
+struct Cached {
+  std::string name;
+  std::unique_ptr<Problem> problem;
+  uint64_t workspace_size = 0;
+  std::unique_ptr<Aligned> workspace;
+};
+
+Cached& CachedProblem(const std::string& name, const BenchRow& row, const Shape& shape, DType dtype,
+                std::string* error) {
+  static Cached cache;
+  if (cache.name != name) {
+    cache = Cached();
+    cache.problem = row.make(shape, dtype, 7);
+    moegrad::Plan plan;
+    const Status s = cache.problem->Plan(&plan);
+    if (!s.ok()) *error = s.message();
+    cache.workspace_size = plan.workspace_size();
+    cache.workspace = std::make_unique<Aligned>(cache.workspace_size);
+    cache.name = s.ok() ? name : "";
+  }
+  return cache;
+}
+
+void RunOperator(benchmark::State& state, const std::string& name, const BenchRow& row, Shape shape,
+                 DType dtype) {
+  std::string error;
+  Cached& c = CachedProblem(name, row, shape, dtype, &error);
+  if (!error.empty()) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  for (auto _ : state) {
+    moegrad::Plan plan;
+    Status s = c.problem->Plan(&plan);
+    if (s.ok()) s = plan.Run(c.workspace->p, c.workspace_size);
+    if (!s.ok()) {
+      state.SkipWithError(s.message().c_str());
+      break;
+    }
+  }
+  const double bytes = static_cast<double>(c.problem->MinBytes());
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  state.counters["bytes"] = bytes;
+  state.counters["threads"] = NumThreads();
+}
+
+void BM_Copy(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  Aligned src(bytes), dst(bytes);
+  const int threads = NumThreads();
+  ParallelCopy(dst.p, src.p, bytes, threads);  // first touch
+  for (auto _ : state) {
+    ParallelCopy(dst.p, src.p, bytes, threads);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(2 * bytes) * state.iterations());  // read + write
+  state.counters["bytes"] = static_cast<double>(2 * bytes);
+  state.counters["threads"] = threads;
+}
+
+std::string Sanitize(std::string s) {
+  for (char& ch : s) {
+    if (ch == ' ') ch = '_';
+  }
+  return s;
+}
+
+void RegisterAll() {
+  benchmark::RegisterBenchmark("BM_Copy", BM_Copy)->Arg(int64_t{256} << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  for (const ModelPreset& preset : ModelPresets()) {
+    for (int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{128}, preset.default_tokens}) {
+      if (tokens == preset.default_tokens && tokens <= 128) continue;  // registered already
+      Shape shape;
+      shape.tokens = tokens;
+      shape.hidden = preset.hidden;
+      shape.experts = preset.experts;
+      shape.topk = preset.topk;
+      shape.capacity = DefaultCapacity(tokens, preset.experts, preset.topk);
+      for (const BenchRow& row : BenchRows()) {
+        for (DType dtype : dtypes) {
+          const std::string name = Sanitize(std::string(row.key) + "/" + row.mode + "/" + ShortDTypeName(dtype) +
+                                            "/" + preset.name + "/T:" + std::to_string(tokens));
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+            RunOperator(st, name, row, shape, dtype);
+          })->UseRealTime()->Unit(tokens >= 128 ? benchmark::kMillisecond : benchmark::kMicrosecond);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moegrad::tool
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  moegrad::tool::RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

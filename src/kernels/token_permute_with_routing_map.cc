@@ -1,0 +1,153 @@
+// MoeTokenPermuteWithRoutingMap kernels. Unlike the arithmetic kernels these are not compiled per SIMD
+// target: rows are copied bit for bit (no widening or rounding), which memcpy already does at the best
+// width of the CPU, and the index passes are integer counting.
+#include "src/kernels/token_permute_with_routing_map.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "src/core/parallel.h"
+
+namespace moegrad::kernels {
+namespace {
+
+void BlockRange(const PermuteProblem& p, int64_t b, int64_t* t0, int64_t* t1) {
+  *t0 = b * p.block_tokens;
+  *t1 = std::min(p.tokens, *t0 + p.block_tokens);
+}
+
+const uint8_t* MapRow(const PermuteProblem& p, int64_t t) { return p.map + t * p.map_row_stride; }
+
+template <typename T>
+void CopyRow(const T* src, int64_t src_stride, T* dst, int64_t dst_stride, int64_t n) {
+  if (src_stride == 1 && dst_stride == 1) {
+    if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) dst[j * dst_stride] = src[j * src_stride];
+}
+
+// Elements are moved as unsigned integers of their width: the one dtype switch of this operator.
+template <typename T>
+void RowsTyped(const PermuteProblem& p, const PermuteScratch& s) {
+  const int64_t H = p.hidden;
+  const int64_t E = p.experts;
+  const bool with_probs = p.dst_probs.data != nullptr;
+  const int64_t row_bytes = std::max<int64_t>(1, 2 * H * static_cast<int64_t>(sizeof(T)));
+  const int64_t grain = std::max<int64_t>(16, (256 << 10) / row_bytes);
+  internal::ParallelFor(0, p.out_rows, grain, [&](int64_t begin, int64_t end) {
+    // Expert of the first row: drop-and-pad rows come in blocks of C; dropless experts own
+    // [starts[e], starts[e + 1]), some of them empty.
+    int64_t e = 0;
+    if (!p.drop_and_pad && with_probs) {
+      e = std::upper_bound(s.starts, s.starts + E + 1, begin) - s.starts - 1;
+    }
+    for (int64_t q = begin; q < end; ++q) {
+      const int64_t t = s.src[q];
+      CopyRow<T>(p.src_tokens.Row<const T>(t), p.src_tokens.col_stride, p.dst_tokens.Row<T>(q),
+                 p.dst_tokens.col_stride, H);
+      if (p.drop_and_pad) p.sorted_indices.At<int32_t>(q) = static_cast<int32_t>(t);
+      if (with_probs) {
+        if (p.drop_and_pad) {
+          e = q / p.capacity;
+        } else {
+          while (q >= s.starts[e + 1]) ++e;
+        }
+        const T* src = reinterpret_cast<const T*>(p.probs) + t * p.probs_row_stride + e * p.probs_col_stride;
+        p.dst_probs.At<T>(q) = *src;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void PermuteCount(const PermuteProblem& p, const PermuteScratch& s) {
+  const int64_t E = p.experts;
+  internal::ParallelFor(0, p.blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t* count = s.counts + b * E;
+      for (int64_t e = 0; e < E; ++e) count[e] = 0;
+      int64_t t0, t1;
+      BlockRange(p, b, &t0, &t1);
+      s.bad[2 * b] = -1;
+      s.bad[2 * b + 1] = 0;
+      for (int64_t t = t0; t < t1; ++t) {
+        const uint8_t* row = MapRow(p, t);
+        int64_t routed = 0;
+        for (int64_t e = 0; e < E; ++e) {
+          const int64_t hit = row[e * p.map_col_stride] != 0;
+          count[e] += hit;
+          routed += hit;
+        }
+        if (!p.drop_and_pad && routed != p.topk && s.bad[2 * b] < 0) {
+          s.bad[2 * b] = t;
+          s.bad[2 * b + 1] = routed;
+        }
+      }
+    }
+  });
+}
+
+void PermuteIndices(const PermuteProblem& p, const PermuteScratch& s) {
+  const int64_t E = p.experts;
+  for (int64_t e = 0; e < E; ++e) s.totals[e] = 0;
+  for (int64_t b = 0; b < p.blocks; ++b) {
+    for (int64_t e = 0; e < E; ++e) s.totals[e] += s.counts[b * E + e];
+  }
+  s.starts[0] = 0;
+  for (int64_t e = 0; e < E; ++e) s.starts[e + 1] = s.starts[e] + s.totals[e];
+  // counts[b][e] becomes block b's first position in expert e: dropless, a permuted row; drop-and-pad,
+  // the number of tokens routed to e before the block.
+  for (int64_t e = 0; e < E; ++e) s.running[e] = p.drop_and_pad ? 0 : s.starts[e];
+  for (int64_t b = 0; b < p.blocks; ++b) {
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t c = s.counts[b * E + e];
+      s.counts[b * E + e] = s.running[e];
+      s.running[e] += c;
+    }
+  }
+
+  const int64_t K = p.topk;
+  const int64_t C = p.capacity;
+  internal::ParallelFor(0, p.blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t* cursor = s.counts + b * E;
+      int64_t t0, t1;
+      BlockRange(p, b, &t0, &t1);
+      for (int64_t t = t0; t < t1; ++t) {
+        const uint8_t* row = MapRow(p, t);
+        if (!p.drop_and_pad) {
+          // Slot t*K + k is the k-th expert of token t in ascending expert order (the stable argsort of
+          // the expert-major token list); its permuted row is that expert's next free position.
+          int64_t k = 0;
+          for (int64_t e = 0; e < E && k < K; ++e) {
+            if (row[e * p.map_col_stride] == 0) continue;
+            const int64_t q = cursor[e]++;
+            p.sorted_indices.At<int32_t>(t * K + k) = static_cast<int32_t>(q);
+            s.src[q] = static_cast<int32_t>(t);
+            ++k;
+          }
+          continue;
+        }
+        // Expert e lists its routed tokens (ascending), then the unrouted ones (ascending), first C kept.
+        for (int64_t e = 0; e < E; ++e) {
+          int64_t pos;
+          if (row[e * p.map_col_stride] != 0) {
+            pos = cursor[e]++;
+          } else {
+            pos = s.totals[e] + (t - cursor[e]);
+          }
+          if (pos < C) s.src[e * C + pos] = static_cast<int32_t>(t);
+        }
+      }
+    }
+  });
+}
+
+void PermuteRows(const PermuteProblem& p, const PermuteScratch& s) {
+  if (p.element_bytes == 2) return RowsTyped<uint16_t>(p, s);
+  return RowsTyped<uint32_t>(p, s);
+}
+
+}  // namespace moegrad::kernels

@@ -1,0 +1,272 @@
+// Every gradient operator is the exact adjoint (transpose) of its forward, checked with nothing but the two
+// operators (no reference in between), for random data in every mode and dtype:
+//   MoeFinalizeRoutingV2Grad:  <F(x), g> = <x, F^T g>; gradScales[r][k] = d<y, g>/d scales[r][k], measured
+//                              from forward calls with one-hot scale columns. Gradient dropPadMode 0 / 1 is the
+//                              adjoint of forward mode 2 / 3; forward modes 0 / 1 (expert-major pairs) use it
+//                              with the index reordered to token-major.
+//   MoeTokenPermuteWithRoutingMapGrad: <P(tokens), g> = <tokens, P^T g>, <permutedProbs, gp> = <probs, probsGrad>.
+// Tolerances follow from the dtype: every output element is one fp32 sum of at most M terms rounded once, so
+// each side of an identity is off by at most (eps(dtype) + (M + 1) * 2^-23) * sum |terms|.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "moegrad/ops.hpp"
+#include "tests/support/test_tensor.h"
+
+namespace moegrad::testing {
+namespace {
+
+constexpr DType kFloats[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+
+// sum_i a[i] * b[i] over the two views' elements in row-major order (same element count), and sum |a[i] b[i]|.
+double Dot(const TestTensor& a, const TestTensor& b, double* abs_sum = nullptr) {
+  EXPECT_EQ(a.numel(), b.numel());
+  double s = 0, m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double p = static_cast<double>(a.GetF(i)) * b.GetF(i);
+    s += p;
+    m += std::fabs(p);
+  }
+  if (abs_sum) *abs_sum = m;
+  return s;
+}
+
+double Bound(DType dtype, int64_t terms) {
+  return static_cast<double>(Epsilon(dtype)) + static_cast<double>(terms + 1) * std::ldexp(1.0, -23);
+}
+
+// --- combine ------------------------------------------------------------------------------------------------
+struct FinalizeSetup {
+  int64_t mode, R, K, H, E, C;
+  double drop;
+  bool scales, duplicates;
+  Layout layout;
+  uint64_t seed;
+};
+
+void CheckFinalizeAdjoint(const FinalizeSetup& s, DType dt) {
+  SCOPED_TRACE(::testing::Message() << DTypeName(dt) << " forward mode " << s.mode << " R=" << s.R << " K=" << s.K
+                                    << " H=" << s.H << " scales=" << s.scales << " dup=" << s.duplicates
+                                    << " layout=" << LayoutName(s.layout) << " seed=" << s.seed);
+  std::mt19937_64 rng(s.seed);
+  const bool dp = s.mode == 1 || s.mode == 3;
+  const bool expert_major = s.mode == 0 || s.mode == 1;
+  const int64_t pairs = s.R * s.K, rows = dp ? s.E * s.C : pairs;
+  const Layout L = s.layout;
+  TestTensor x = dp ? TestTensor(dt, {s.E, s.C, s.H}, L, 1) : TestTensor(dt, {rows, s.H}, L, 1);
+  TestTensor idx(DType::kInt32, {pairs}, L, 2), idx_tm(DType::kInt32, {pairs}, L, 3);
+  TestTensor scales(dt, {s.R, s.K}, L, 4), g(dt, {s.R, s.H}, L, 5), y(dt, {s.R, s.H}, L, 6);
+  TestTensor gx = dp ? TestTensor(dt, {s.E, s.C, s.H}, L, 7) : TestTensor(dt, {rows, s.H}, L, 7);
+  TestTensor gs(dt, {s.R, s.K}, L, 8);
+  x.FillUniform(rng);
+  g.FillUniform(rng);
+  scales.FillUniform(rng);
+  // Token-major pair values; a permutation of the rows unless duplicates are wanted.
+  std::vector<int64_t> v(static_cast<size_t>(pairs), -1), perm(static_cast<size_t>(rows));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::uniform_real_distribution<double> unit(0, 1);
+  for (int64_t i = 0; i < pairs; ++i) {
+    if (dp && unit(rng) < s.drop) continue;
+    if (s.duplicates) v[static_cast<size_t>(i)] = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
+    else if (i < rows) v[static_cast<size_t>(i)] = perm[static_cast<size_t>(i)];
+  }
+  int64_t max_writers = 0;
+  for (int64_t r = 0; r < rows; ++r) max_writers = std::max<int64_t>(max_writers, std::count(v.begin(), v.end(), r));
+  for (int64_t r = 0; r < s.R; ++r) {
+    for (int64_t k = 0; k < s.K; ++k) {
+      const int64_t val = v[static_cast<size_t>(r * s.K + k)];
+      idx_tm.SetI(r * s.K + k, val);
+      idx.SetI(expert_major ? k * s.R + r : r * s.K + k, val);  // the forward's own layout
+    }
+  }
+
+  FinalizeRoutingV2Args f;
+  f.expanded_x = x;
+  f.expanded_row_idx = idx;
+  if (s.scales) f.scales = scales.view();
+  f.drop_pad_mode = s.mode;
+  f.out = y;
+  ASSERT_TRUE(FinalizeRoutingV2(f).ok());
+
+  FinalizeRoutingV2GradArgs b;
+  b.grad_y = g;
+  b.expanded_row_idx = idx_tm;  // forward modes 0 / 1: the expert-major index reordered to token-major
+  if (s.scales) {
+    b.expanded_x = x.view();
+    b.scales = scales.view();
+    b.grad_scales = gs.view();
+  }
+  b.drop_pad_mode = dp ? 1 : 0;  // the adjoint of forward mode 2 / 3 (and, reordered, 0 / 1)
+  b.expert_num = dp ? s.E : 0;
+  b.expert_capacity = dp ? s.C : 0;
+  b.grad_expanded_x = gx;
+  const Status st = FinalizeRoutingV2Grad(b);
+  ASSERT_TRUE(st.ok()) << st.message();
+
+  // A = sum over (pair, j) of |g s x|: both sides are sums of exactly these products.
+  double lhs_abs = 0, rhs_abs = 0;
+  const double lhs = Dot(y, g, &lhs_abs);
+  const double rhs = Dot(x, gx, &rhs_abs);
+  double A = 0;
+  for (int64_t r = 0; r < s.R; ++r) {
+    for (int64_t k = 0; k < s.K; ++k) {
+      const int64_t val = v[static_cast<size_t>(r * s.K + k)];
+      if (val < 0) continue;
+      const double sc = s.scales ? scales.GetF(r * s.K + k) : 1.0;
+      for (int64_t j = 0; j < s.H; ++j) A += std::fabs(sc * x.GetF(val * s.H + j) * g.GetF(r * s.H + j));
+    }
+  }
+  const double tol = 2 * Bound(dt, std::max(s.K, max_writers)) * A + 1e-30;
+  EXPECT_NEAR(lhs, rhs, tol) << "<F(x), g> vs <x, F^T g>; sum |terms| = " << A;
+  if (s.H > 0 && pairs > 0) {
+    EXPECT_GT(lhs_abs * rhs_abs, 0.0) << "degenerate data proves nothing";
+  }
+
+  if (!s.scales) return;
+  // gradScales[r][k] = <y(e_k) - y(0), g>[r]: y(e_k) uses scales with column k one and the rest zero, so the
+  // difference in row r is exactly the (x + b) of pair (r, k). x1, x2 and bias are present: x1 and x2 cancel,
+  // the bias of a dropped pair does not.
+  TestTensor x1(dt, {s.R, s.H}, L, 9), x2(dt, {s.R, s.H}, L, 10), bias(dt, {s.E, s.H}, L, 11);
+  TestTensor expert(DType::kInt32, {s.R, s.K}, L, 12), onehot(dt, {s.R, s.K}, L, 13);
+  TestTensor y0(dt, {s.R, s.H}, L, 14), yk(dt, {s.R, s.H}, L, 15);
+  x1.FillUniform(rng);
+  x2.FillUniform(rng);
+  bias.FillUniform(rng);
+  const int64_t bias_rows = bias.size(0);
+  for (int64_t i = 0; i < pairs; ++i) expert.SetI(i, static_cast<int64_t>(rng() % static_cast<uint64_t>(bias_rows)));
+  f.x1 = x1.view();
+  f.x2 = x2.view();
+  f.bias = bias.view();
+  f.expert_idx = expert.view();
+  f.scales = onehot.view();
+  b.bias = bias.view();
+  b.expert_idx = expert.view();
+  ASSERT_TRUE(FinalizeRoutingV2Grad(b).ok());
+  auto forward_with_column = [&](int64_t col, TestTensor* out) {
+    for (int64_t i = 0; i < pairs; ++i) onehot.SetF(i, i % s.K == col ? 1.0f : 0.0f);
+    f.out = *out;
+    ASSERT_TRUE(FinalizeRoutingV2(f).ok());
+  };
+  forward_with_column(-1, &y0);
+  for (int64_t k = 0; k < s.K; ++k) {
+    forward_with_column(k, &yk);
+    for (int64_t r = 0; r < s.R; ++r) {
+      const int64_t val = v[static_cast<size_t>(r * s.K + k)];
+      const int64_t e = expert.GetI(r * s.K + k);
+      double d = 0, mag = 0;
+      for (int64_t j = 0; j < s.H; ++j) {
+        const double gj = g.GetF(r * s.H + j);
+        d += (static_cast<double>(yk.GetF(r * s.H + j)) - y0.GetF(r * s.H + j)) * gj;
+        const double xb = std::fabs(val >= 0 ? x.GetF(val * s.H + j) : 0.0) + std::fabs(bias.GetF(e * s.H + j));
+        mag += std::fabs(gj) * (std::fabs(x1.GetF(r * s.H + j)) + std::fabs(x2.GetF(r * s.H + j)) + xb);
+      }
+      const double got = gs.GetF(r * s.K + k);
+      // y sums K + 2 terms per element; gradScales is an fp32 dot product over H elements.
+      EXPECT_NEAR(got, d, 2 * Bound(dt, s.K + 2 + s.H) * mag + Epsilon(dt) * std::fabs(got) + 1e-30)
+          << "gradScales[" << r << "][" << k << "]" << (val < 0 ? " (dropped pair)" : "");
+    }
+  }
+}
+
+TEST(Adjoint, FinalizeRoutingV2EveryModeAndDType) {
+  uint64_t seed = 1;
+  for (int64_t mode : {0, 1, 2, 3}) {
+    for (DType dt : kFloats) {
+      for (bool scales : {false, true}) {
+        CheckFinalizeAdjoint({mode, 7, 3, 37, 4, 5, 0.2, scales, false, Layout::kContiguous, seed++}, dt);
+        CheckFinalizeAdjoint({mode, 6, 2, 19, 3, 3, 0.3, scales, true, Layout::kPadded, seed++}, dt);
+      }
+    }
+    // Vector bodies, tiles and tails; K = 1; an empty hidden size.
+    CheckFinalizeAdjoint({mode, 33, 4, 1031, 16, 9, 0.1, true, false, Layout::kContiguous, seed++}, DType::kFloat32);
+    CheckFinalizeAdjoint({mode, 9, 1, 64, 3, 4, 0.0, true, true, Layout::kTransposed, seed++}, DType::kBFloat16);
+    CheckFinalizeAdjoint({mode, 5, 2, 0, 3, 4, 0.0, true, false, Layout::kContiguous, seed++}, DType::kFloat16);
+  }
+}
+
+// --- dispatch -----------------------------------------------------------------------------------------------
+void CheckPermuteAdjoint(bool dp, int64_t T, int64_t E, int64_t H, int64_t k_or_c, double density, DType map_dt,
+                         DType dt, Layout L, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << DTypeName(dt) << (dp ? " drop-and-pad C=" : " dropless K=") << k_or_c
+                                    << " T=" << T << " E=" << E << " H=" << H << " map=" << DTypeName(map_dt)
+                                    << " layout=" << LayoutName(L) << " seed=" << seed);
+  std::mt19937_64 rng(seed);
+  const int64_t N = dp ? E * k_or_c : T * k_or_c;
+  TestTensor tokens(dt, {T, H}, L, 1), map(map_dt, {T, E}, L, 2), probs(dt, {T, E}, L, 3);
+  TestTensor permuted(dt, {N, H}, L, 4), pprobs(dt, {N}, L, 5), sorted(DType::kInt32, {N}, L, 6);
+  TestTensor g(dt, {N, H}, L, 7), gp(dt, {N}, L, 8), tokens_grad(dt, {T, H}, L, 9), probs_grad(dt, {T, E}, L, 10);
+  tokens.FillUniform(rng);
+  probs.FillUniform(rng, 0.0f, 1.0f);
+  g.FillUniform(rng);
+  gp.FillUniform(rng);
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  std::uniform_real_distribution<double> unit(0, 1);
+  for (int64_t t = 0; t < T; ++t) {
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int64_t e = 0; e < E; ++e) {
+      const bool hit = dp ? unit(rng) < density : order[static_cast<size_t>(e)] < k_or_c;
+      map.SetI(t * E + e, hit ? (map_dt == DType::kInt8 && e % 3 == 1 ? -5 : 1) : 0);
+    }
+  }
+  TokenPermuteWithRoutingMapArgs f;
+  f.tokens = tokens;
+  f.routing_map = map;
+  f.probs = probs.view();
+  f.num_out_tokens = N;
+  f.drop_and_pad = dp;
+  f.permute_tokens = permuted;
+  f.permute_probs = pprobs.view();
+  f.sorted_indices = sorted;
+  Status st = TokenPermuteWithRoutingMap(f);
+  ASSERT_TRUE(st.ok()) << st.message();
+
+  TokenPermuteWithRoutingMapGradArgs b;
+  b.permuted_token_output_grad = g;
+  b.permuted_probs_output_grad = gp.view();
+  b.sorted_indices = sorted;
+  b.routing_map = map.view();
+  b.num_experts = E;
+  b.tokens_num = T;
+  b.drop_and_pad = dp;
+  b.tokens_grad = tokens_grad;
+  b.probs_grad = probs_grad.view();
+  st = TokenPermuteWithRoutingMapGrad(b);
+  ASSERT_TRUE(st.ok()) << st.message();
+
+  // A token is copied to at most K (dropless) or E (drop-and-pad) rows: that many terms per tokensGrad element.
+  double A = 0;
+  const double lhs = Dot(permuted, g, &A);
+  const double rhs = Dot(tokens, tokens_grad);
+  EXPECT_NEAR(lhs, rhs, 2 * Bound(dt, dp ? E : k_or_c) * A + 1e-30) << "<P(tokens), g> vs <tokens, P^T g>";
+  double B = 0;
+  const double plhs = Dot(pprobs, gp, &B);
+  const double prhs = Dot(probs, probs_grad);
+  EXPECT_NEAR(plhs, prhs, 2 * Bound(dt, 1) * B + 1e-30) << "<permutedProbs, gp> vs <probs, probsGrad>";
+}
+
+TEST(Adjoint, TokenPermuteWithRoutingMapEveryModeAndDType) {
+  uint64_t seed = 500;
+  for (DType dt : kFloats) {
+    for (DType map_dt : {DType::kInt8, DType::kBool}) {
+      CheckPermuteAdjoint(false, 11, 6, 37, 2, 0, map_dt, dt, Layout::kContiguous, seed++);
+      CheckPermuteAdjoint(false, 9, 8, 17, 8, 0, map_dt, dt, Layout::kPadded, seed++);
+      CheckPermuteAdjoint(true, 11, 6, 37, 4, 0.3, map_dt, dt, Layout::kContiguous, seed++);
+      CheckPermuteAdjoint(true, 8, 5, 9, 8, 0.6, map_dt, dt, Layout::kTransposed, seed++);
+    }
+  }
+  // Many tokens (several index blocks), long rows; capacity larger than the routed counts (padding rows).
+  CheckPermuteAdjoint(false, 700, 16, 100, 4, 0, DType::kBool, DType::kFloat32, Layout::kContiguous, seed++);
+  CheckPermuteAdjoint(true, 700, 16, 100, 90, 0.1, DType::kInt8, DType::kBFloat16, Layout::kContiguous, seed++);
+  CheckPermuteAdjoint(false, 5, 4, 1, 1, 0, DType::kInt8, DType::kFloat16, Layout::kContiguous, seed++);
+}
+
+}  // namespace
+}  // namespace moegrad::testing

@@ -1,0 +1,382 @@
+// MoeFinalizeRoutingV2Grad against the scalar reference (FinalizeGradTester) and against hand-computed values,
+// over hidden sizes, modes, optional arguments, dtypes, layouts, duplicated and unwritten rows, empty tensors,
+// SIMD targets and thread counts. docs/ops/finalize_routing_v2_grad.md is the contract.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "acl/acl.h"
+#include "moegrad/ops.hpp"
+#include "moegrad/plan.hpp"
+#include "tests/support/finalize_grad_tester.h"
+
+namespace moegrad::testing {
+namespace {
+
+using Api = FinalizeGradTester::Api;
+constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+constexpr Layout kLayouts[] = {Layout::kContiguous, Layout::kPadded, Layout::kTransposed};
+
+// No scales / scales / scales + bias.
+struct Optionals {
+  bool scales, bias;
+};
+constexpr Optionals kOptionals[] = {{false, false}, {true, false}, {true, true}};
+
+// Fills a float tensor from a row-major list of values.
+void Fill(TestTensor& t, const std::vector<float>& values) {
+  ASSERT_EQ(static_cast<int64_t>(values.size()), t.numel());
+  for (size_t i = 0; i < values.size(); ++i) t.SetF(static_cast<int64_t>(i), values[i]);
+}
+void FillI(TestTensor& t, const std::vector<int64_t>& values) {
+  ASSERT_EQ(static_cast<int64_t>(values.size()), t.numel());
+  for (size_t i = 0; i < values.size(); ++i) t.SetI(static_cast<int64_t>(i), values[i]);
+}
+std::vector<float> Values(const TestTensor& t) {
+  std::vector<float> out;
+  for (int64_t i = 0; i < t.numel(); ++i) out.push_back(t.GetF(i));
+  return out;
+}
+
+// Worked by hand from the formulas: R = 2, H = 2, K = 2, gradY = [[1, 2], [3, 4]], scales = [0.5, 2, 0.25, -1],
+// bias rows b0 = [1, 0], b1 = [0, 2], expertIdx = [0, 1, 1, 0]. Pair 0 is dropped, pairs 1..3 write row 1.
+//   gradExpandedX[1] = 2 * [1, 2] + 0.25 * [3, 4] - 1 * [3, 4] = [-0.25, 1]; the other rows are zero.
+//   gradScales = [b0.g0, (x1 + b1).g0, (x1 + b1).g1, (x1 + b0).g1] = [1, 4, 10, 5] with x1 = [2, -1].
+void HandComputed(int64_t mode, Layout layout, DType dtype) {
+  SCOPED_TRACE(::testing::Message() << "mode " << mode << " " << LayoutName(layout) << " " << DTypeName(dtype));
+  const std::vector<int64_t> rows_shape = mode == 1 ? std::vector<int64_t>{2, 2, 2} : std::vector<int64_t>{3, 2};
+  TestTensor grad_y(dtype, {2, 2}, layout, 1), idx(DType::kInt32, {4}, layout, 2), x(dtype, rows_shape, layout, 3);
+  TestTensor scales(dtype, {2, 2}, layout, 4), expert(DType::kInt32, {2, 2}, layout, 5), bias(dtype, {2, 2}, layout, 6);
+  TestTensor gx(dtype, rows_shape, layout, 7), gs(dtype, {2, 2}, layout, 8);
+  Fill(grad_y, {1, 2, 3, 4});
+  // Mode 0 with activeNum 3: value 3 is dropped. Mode 1: -1 is dropped; the rows are E * C = 4.
+  FillI(idx, mode == 1 ? std::vector<int64_t>{-1, 1, 1, 1} : std::vector<int64_t>{3, 1, 1, 1});
+  std::vector<float> xv = {1, 1, 2, -1, 0.5f, 0.5f};
+  if (mode == 1) xv.insert(xv.end(), {-1, 3});
+  Fill(x, xv);
+  Fill(scales, {0.5f, 2, 0.25f, -1});
+  FillI(expert, {0, 1, 1, 0});
+  Fill(bias, {1, 0, 0, 2});
+
+  FinalizeRoutingV2GradArgs a;
+  a.grad_y = grad_y;
+  a.expanded_row_idx = idx;
+  a.expanded_x = x.view();
+  a.scales = scales.view();
+  a.expert_idx = expert.view();
+  a.bias = bias.view();
+  a.drop_pad_mode = mode;
+  a.active_num = mode == 1 ? 0 : 3;
+  a.expert_num = mode == 1 ? 2 : 0;
+  a.expert_capacity = mode == 1 ? 2 : 0;
+  a.grad_expanded_x = gx;
+  a.grad_scales = gs.view();
+  ASSERT_TRUE(FinalizeRoutingV2Grad(a).ok());
+  std::vector<float> want_gx = {0, 0, -0.25f, 1, 0, 0};
+  if (mode == 1) want_gx.insert(want_gx.end(), {0, 0});
+  EXPECT_EQ(Values(gx), want_gx);
+  EXPECT_EQ(Values(gs), (std::vector<float>{1, 4, 10, 5}));
+
+  // Without bias: gradScales = [0 (dropped), x1.g0, x1.g1, x1.g1] = [0, 0, 2, 2].
+  a.bias.reset();
+  ASSERT_TRUE(FinalizeRoutingV2Grad(a).ok());
+  EXPECT_EQ(Values(gx), want_gx);
+  EXPECT_EQ(Values(gs), (std::vector<float>{0, 0, 2, 2}));
+}
+
+TEST(FinalizeRoutingV2Grad, HandComputed) {
+  for (int64_t mode : {0, 1}) {
+    for (Layout layout : kLayouts) {
+      for (DType dtype : kDTypes) HandComputed(mode, layout, dtype);
+    }
+  }
+}
+
+// Three pairs write row 0 of an fp32 gradExpandedX; ascending pair order is observable in the rounding:
+// 1 + 2^-24 + 2^-24 is 1 left to right, but 2^-24 + 2^-24 + 1 = 1 + 2^-23.
+TEST(FinalizeRoutingV2Grad, DuplicatesSumInAscendingPairOrder) {
+  const float tiny = std::ldexp(1.0f, -24);
+  for (bool big_first : {true, false}) {
+    TestTensor grad_y(DType::kFloat32, {3, 1}), idx(DType::kInt32, {3}), gx(DType::kFloat32, {3, 1});
+    Fill(grad_y, big_first ? std::vector<float>{1, tiny, tiny} : std::vector<float>{tiny, tiny, 1});
+    FillI(idx, {0, 0, 0});
+    FinalizeRoutingV2GradArgs a;
+    a.grad_y = grad_y;
+    a.expanded_row_idx = idx;
+    a.grad_expanded_x = gx;
+    ASSERT_TRUE(FinalizeRoutingV2Grad(a).ok());
+    EXPECT_EQ(gx.GetF(0), big_first ? 1.0f : 1.0f + 2 * tiny);
+    EXPECT_EQ(gx.GetF(1), 0.0f);
+    EXPECT_EQ(gx.GetF(2), 0.0f);
+  }
+}
+
+TEST(FinalizeRoutingV2Grad, HiddenSizes) {
+  int n = 0;
+  for (int64_t H : {1, 3, 8, 17, 64, 100, 1031, 7168}) {
+    for (DType dtype : kDTypes) {
+      for (int64_t mode : {0, 1}) {
+        for (const Optionals& o : kOptionals) {
+          for (uint64_t seed : {1, 2}) {
+            ++n;
+            FinalizeGradTester()
+                .tokens(H >= 1031 ? 3 : 7).hidden(H).topk(H >= 1031 ? 2 : 3).mode(mode).experts(4).capacity(4)
+                .scales(o.scales).bias(o.bias).duplicates(seed == 2).layout(kLayouts[n % 3]).seed(seed * 1000 + n)
+                .api(n % 5 == 0 ? Api::kAclnn : Api::kCpp)
+                .Test(dtype);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The model shapes of `moegrad bench` (Qwen3-30B-A3B, Mixtral-8x7B, DeepSeek-V3: H, E, K), a few tokens each.
+TEST(FinalizeRoutingV2Grad, ModelShapes) {
+  const struct {
+    int64_t H, E, K;
+  } models[] = {{2048, 128, 8}, {4096, 8, 2}, {7168, 256, 8}};
+  int n = 0;
+  for (const auto& m : models) {
+    for (DType dtype : kDTypes) {
+      ++n;
+      FinalizeGradTester().tokens(3).hidden(m.H).topk(m.K).experts(m.E).mode(0).bias(true).seed(n).Test(dtype);
+      // Mode 1 with the expert count capped: E * C rows of H are written, most of them zero.
+      FinalizeGradTester().tokens(3).hidden(m.H).topk(m.K).experts(std::min<int64_t>(m.E, 16)).capacity(2).mode(1)
+          .bias(true).seed(n).Test(dtype);
+    }
+  }
+}
+
+// The correctness sweep once more on every SIMD target this machine runs (determinism across targets is
+// checked separately, byte for byte).
+TEST(FinalizeRoutingV2Grad, HiddenSizesEverySimdTarget) {
+  const auto targets = ForEachSimdTarget([] {
+    int n = 0;
+    for (int64_t H : {1, 3, 17, 100, 1031}) {
+      for (DType dtype : kDTypes) {
+        ++n;
+        FinalizeGradTester().tokens(5).hidden(H).topk(2).mode(n % 2).bias(true).duplicates(true)
+            .layout(n % 3 == 2 ? Layout::kTransposed : Layout::kContiguous).seed(n).Test(dtype);
+      }
+    }
+  });
+  std::string names;
+  for (const auto& t : targets) names += t + " ";
+  std::printf("SIMD targets: %s\n", names.c_str());
+}
+
+TEST(FinalizeRoutingV2Grad, DroplessActiveNum) {
+  constexpr int64_t R = 6, K = 3;  // R * K = 18
+  int n = 0;
+  for (int64_t active : {0, 1, 7, 17, 18, 19, 1000}) {
+    for (const Optionals& o : kOptionals) {
+      for (DType dtype : kDTypes) {
+        for (bool dup : {false, true}) {
+          ++n;
+          FinalizeGradTester().tokens(R).hidden(19).topk(K).mode(0).active_num(active).experts(3)
+              .scales(o.scales).bias(o.bias).duplicates(dup).seed(n).Test(dtype);
+        }
+      }
+    }
+  }
+}
+
+TEST(FinalizeRoutingV2Grad, DropPadCapacities) {
+  int n = 0;
+  for (int64_t E : {1, 3, 8}) {
+    for (int64_t C : {1, 2, 5, 20}) {
+      for (const Optionals& o : kOptionals) {
+        for (bool dup : {false, true}) {
+          ++n;
+          FinalizeGradTester().tokens(6).hidden(21).topk(E >= 3 ? 3 : 1).mode(1).experts(E).capacity(C)
+              .active_num(n % 4 == 0 ? 5 : 0)  // ignored in mode 1
+              .scales(o.scales).bias(o.bias).duplicates(dup).seed(n).Test(kDTypes[n % 3]);
+        }
+      }
+    }
+  }
+}
+
+TEST(FinalizeRoutingV2Grad, NoScales) {
+  int n = 0;
+  for (int64_t K : {1, 2, 4}) {
+    for (int64_t mode : {0, 1}) {
+      for (DType dtype : kDTypes) {
+        for (int extras = 0; extras < 8; ++extras) {
+          ++n;
+          FinalizeGradTester().tokens(5).hidden(33).topk(K).mode(mode).capacity(3).scales(false)
+              .pass_expanded_x(extras & 1).pass_grad_scales(extras & 2).pass_expert_idx(extras & 4)
+              .duplicates(extras % 3 == 0).layout(kLayouts[n % 3]).seed(n).Test(dtype);
+        }
+      }
+    }
+  }
+}
+
+TEST(FinalizeRoutingV2Grad, ScalesWithoutBiasButWithExpertIdx) {
+  int n = 0;
+  for (int64_t mode : {0, 1}) {
+    for (DType dtype : kDTypes) {
+      ++n;
+      FinalizeGradTester().tokens(4).hidden(40).topk(2).mode(mode).scales(true).pass_expert_idx(true)
+          .duplicates(true).seed(n).Test(dtype);
+    }
+  }
+}
+
+TEST(FinalizeRoutingV2Grad, Layouts) {
+  int n = 0;
+  for (Layout in : kLayouts) {
+    for (Layout out : kLayouts) {
+      for (int64_t mode : {0, 1}) {
+        for (DType dtype : kDTypes) {
+          for (int64_t H : {5, 35}) {
+            ++n;
+            FinalizeGradTester().tokens(5).hidden(H).topk(3).mode(mode).active_num(mode == 0 ? 11 : 0)
+                .capacity(3).bias(true).duplicates(n % 2 == 0).input_layout(in).output_layout(out)
+                .pass_grad_scales(true).seed(n).api(n % 4 == 0 ? Api::kAclnn : Api::kCppPlan).Test(dtype);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Index values drawn independently, and biased towards few rows: many pairs per row, many rows with none.
+TEST(FinalizeRoutingV2Grad, DuplicatedAndUnwrittenRows) {
+  int n = 0;
+  for (int64_t mode : {0, 1}) {
+    for (const Optionals& o : kOptionals) {
+      for (DType dtype : kDTypes) {
+        for (int64_t K : {1, 4}) {
+          ++n;
+          FinalizeGradTester().tokens(9).hidden(50).topk(K).mode(mode).experts(2).capacity(2)
+              .active_num(mode == 0 ? 3 : 0).scales(o.scales).bias(o.bias).duplicates(true).seed(n)
+              .Test(dtype);
+        }
+      }
+    }
+  }
+}
+
+TEST(FinalizeRoutingV2Grad, EmptyTensors) {
+  int n = 0;
+  for (DType dtype : kDTypes) {
+    for (const Optionals& o : kOptionals) {
+      for (int64_t mode : {0, 1}) {
+        for (Api api : {Api::kCpp, Api::kAclnn}) {
+          // R = 0 (mode 1 still zeroes its E * C rows), H = 0 (gradScales are empty sums: zero), K = 0.
+          ++n;
+          FinalizeGradTester().tokens(0).hidden(9).topk(o.scales ? 3 : 0).mode(mode).scales(o.scales)
+              .bias(o.bias).seed(n).api(api).Test(dtype);
+          ++n;
+          FinalizeGradTester().tokens(4).hidden(0).topk(2).mode(mode).scales(o.scales).bias(o.bias)
+              .duplicates(true).seed(n).api(api).Test(dtype);
+          ++n;
+          FinalizeGradTester().tokens(4).hidden(6).topk(0).mode(mode).scales(o.scales).bias(o.bias)
+              .pass_grad_scales(true).seed(n).api(api).Test(dtype);
+          ++n;
+          FinalizeGradTester().tokens(0).hidden(0).topk(0).mode(mode).scales(o.scales).bias(o.bias)
+              .seed(n).api(api).Test(dtype);
+          // A single row (E = C = 1, or activeNum 1): most pairs dropped or all writing it.
+          ++n;
+          FinalizeGradTester().tokens(3).hidden(4).topk(2).mode(mode).experts(1).capacity(1)
+              .active_num(mode == 0 ? 1 : 0).scales(o.scales).bias(o.bias).duplicates(true).seed(n).api(api)
+              .Test(dtype);
+        }
+      }
+    }
+  }
+}
+
+// A random configuration: small sizes, every mode, optional argument, layout, dtype and API.
+FinalizeGradTester RandomTester(std::mt19937_64& rng, uint64_t seed, DType* dtype) {
+  auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)); };
+  const bool scales = pick(0, 3) != 0;
+  const int64_t R = pick(0, 4) == 0 ? pick(0, 2) : pick(1, 12);
+  const int64_t K = scales ? pick(0, 5) : pick(0, 4);
+  const int64_t H = pick(0, 9) == 0 ? pick(60, 200) : pick(0, 40);
+  FinalizeGradTester t;
+  t.tokens(R).hidden(H).topk(K).mode(pick(0, 1)).experts(pick(1, 6)).capacity(pick(1, 6))
+      .active_num(pick(0, 2) == 0 ? 0 : pick(0, R * K + 2))
+      .scales(scales).bias(scales && pick(0, 1)).duplicates(pick(0, 1))
+      .input_layout(kLayouts[pick(0, 2)]).output_layout(kLayouts[pick(0, 2)])
+      .pass_expanded_x(pick(0, 1)).pass_grad_scales(pick(0, 1)).pass_expert_idx(pick(0, 1))
+      .api(static_cast<Api>(pick(0, 2))).seed(seed);
+  *dtype = kDTypes[pick(0, 2)];
+  return t;
+}
+
+// Thousands of small random configurations through all three APIs.
+TEST(FinalizeRoutingV2Grad, RandomCases) {
+  std::mt19937_64 rng(20240611);
+  for (int n = 0; n < 10000 && !::testing::Test::HasFailure(); ++n) {  // one configuration's report is enough
+    DType dtype;
+    RandomTester(rng, 1000 + n, &dtype).Test(dtype);
+  }
+}
+
+TEST(FinalizeRoutingV2Grad, RandomCasesEverySimdTarget) {
+  std::mt19937_64 rng(777);
+  int n = 0;
+  ForEachSimdTarget([&] {
+    for (int k = 0; k < 400 && !::testing::Test::HasFailure(); ++k) {
+      DType dtype;
+      RandomTester(rng, 50000 + ++n, &dtype).Test(dtype);
+    }
+  });
+}
+
+// Shapes large enough that both passes (gradExpandedX rows, gradScales pairs) split over 2 and 3 threads
+// (a task is given at least 256 KB of rows), on every SIMD target: every byte of every output identical.
+TEST(FinalizeRoutingV2Grad, BitIdenticalAcrossSimdTargetsAndThreads) {
+  // bf16, H 1031: 63 rows per task; 96 * 4 = 384 rows and pairs.
+  FinalizeGradTester().tokens(96).hidden(1031).topk(4).mode(0).bias(true).duplicates(true).seed(1)
+      .TestDeterminism(DType::kBFloat16);
+  // fp32, H 7168 (a DeepSeek-V3 layer): 4 rows per task.
+  FinalizeGradTester().tokens(8).hidden(7168).topk(4).mode(1).experts(8).capacity(5).bias(true).seed(2)
+      .TestDeterminism(DType::kFloat32);
+  // fp16, H 100, strided rows (the scalar path): 1310 rows per task; 1024 x 3 rows.
+  FinalizeGradTester().tokens(1024).hidden(100).topk(3).mode(0).active_num(3000).bias(true).duplicates(true)
+      .layout(Layout::kTransposed).seed(3).TestDeterminism(DType::kFloat16);
+  // Scales without bias, padded views, realistic (one-to-one) mode 1 layout.
+  FinalizeGradTester().tokens(64).hidden(2048).topk(2).mode(1).experts(8).capacity(12).layout(Layout::kPadded)
+      .seed(5).TestDeterminism(DType::kBFloat16);
+  // No scales, mode 1 with many unwritten rows.
+  FinalizeGradTester().tokens(40).hidden(1031).topk(2).mode(1).experts(16).capacity(8).scales(false)
+      .seed(4).TestDeterminism(DType::kFloat32);
+}
+
+// A repeatable executor runs any number of times, re-reading its inputs each time.
+TEST(FinalizeRoutingV2Grad, RepeatableExecutorRunsTwice) {
+  FinalizeGradCase c = FinalizeGradTester().tokens(6).hidden(24).topk(2).bias(true).seed(9).Build(DType::kBFloat16);
+  AclFinalizeGradCall call(c);
+  uint64_t ws = 0;
+  aclOpExecutor* executor = nullptr;
+  ASSERT_EQ(call.PhaseOne(&ws, &executor), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+  ASSERT_EQ(aclSetAclOpExecutorRepeatable(executor), ACLNN_SUCCESS);
+  std::vector<int64_t> workspace((ws + 7) / 8);
+  ASSERT_EQ(aclnnMoeFinalizeRoutingV2Grad(workspace.data(), ws, executor, nullptr), ACLNN_SUCCESS);
+  const auto gx = c.grad_expanded_x->Snapshot();
+  const auto gs = c.grad_scales->Snapshot();
+  // Doubling gradY doubles both outputs exactly (a power of two scales every product and sum).
+  for (int64_t i = 0; i < c.grad_y->numel(); ++i) c.grad_y->SetF(i, 2.0f * c.grad_y->GetF(i));
+  const FinalizeGradCase first = c;
+  ASSERT_EQ(aclnnMoeFinalizeRoutingV2Grad(workspace.data(), ws, executor, nullptr), ACLNN_SUCCESS);
+  EXPECT_FALSE(c.grad_expanded_x->SameBytes(gx));
+  for (int64_t i = 0; i < c.grad_expanded_x->numel(); ++i) {
+    ASSERT_EQ(c.grad_expanded_x->GetF(i), 2.0f * first.grad_expanded_x->GetF(i)) << i;
+  }
+  for (int64_t i = 0; i < c.grad_scales->numel(); ++i) {
+    ASSERT_EQ(c.grad_scales->GetF(i), 2.0f * first.grad_scales->GetF(i)) << i;
+  }
+  EXPECT_FALSE(c.grad_scales->SameBytes(gs));
+  EXPECT_EQ(aclDestroyAclOpExecutor(executor), ACLNN_SUCCESS);
+}
+
+}  // namespace
+}  // namespace moegrad::testing

@@ -1,0 +1,363 @@
+// MoeFinalizeRoutingV2 against hand-computed values and, bit for bit, against the scalar reference: every
+// dropPadMode, optional x1 / x2 / scales / bias, dropped pairs, duplicated rows, dtypes, layouts, hidden sizes
+// with odd tails, empty tensors, both APIs, SIMD targets and thread counts. Contract:
+// docs/ops/finalize_routing_v2.md.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_moe_finalize_routing_v2.h"
+#include "moegrad/ops.hpp"
+#include "src/ref/reference.h"
+#include "tests/support/test_tensor.h"
+
+namespace moegrad::testing {
+namespace {
+
+constexpr DType kFloats[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+constexpr Layout kLayouts[] = {Layout::kContiguous, Layout::kPadded, Layout::kTransposed};
+enum class Api { kCpp, kPlan, kAcl };
+
+aclTensor* AclOf(TestTensor& t) {
+  const int64_t storage = t.storage_elements();
+  return aclCreateTensor(t.sizes_vector().data(), t.sizes_vector().size(), static_cast<aclDataType>(t.dtype()),
+                         t.strides_vector().data(), t.offset_elements(), ACL_FORMAT_ND, &storage, 1, t.storage());
+}
+
+struct Tensors {
+  TestTensor x, idx, x1, x2, bias, scales, expert, out;
+};
+
+class FinalizeTester {
+ public:
+  FinalizeTester& tokens(int64_t v) { R_ = v; return *this; }
+  FinalizeTester& hidden(int64_t v) { H_ = v; return *this; }
+  FinalizeTester& topk(int64_t v) { K_ = v; return *this; }
+  FinalizeTester& mode(int64_t v) { mode_ = v; return *this; }
+  FinalizeTester& experts(int64_t v) { E_ = v; return *this; }
+  FinalizeTester& capacity(int64_t v) { C_ = v; return *this; }
+  FinalizeTester& x1(bool v) { x1_ = v; return *this; }
+  FinalizeTester& x2(bool v) { x2_ = v; return *this; }
+  FinalizeTester& scales(bool v) { scales_ = v; return *this; }
+  FinalizeTester& bias(bool v) { bias_ = v; return *this; }
+  // Without bias: pass an expertIdx full of out-of-range values anyway (it must not be read).
+  FinalizeTester& unread_expert_idx(bool v) { unread_expert_idx_ = v; return *this; }
+  FinalizeTester& drop_rate(double v) { drop_ = v; return *this; }   // modes 1, 3
+  FinalizeTester& duplicates(bool v) { dup_ = v; return *this; }      // independent index values
+  FinalizeTester& layout(Layout in, Layout out) { in_ = in; out_ = out; return *this; }
+  FinalizeTester& seed(uint64_t v) { seed_ = v; return *this; }
+  FinalizeTester& api(Api v) { api_ = v; return *this; }
+  FinalizeTester& all_targets(bool v) { all_targets_ = v; return *this; }
+
+  void Test(DType dtype) const {
+    const Tensors in = Make(dtype);
+    Tensors want = in;
+    ref::FinalizeRoutingV2(Args(want));
+    const auto out_before = in.out.Snapshot();
+    auto check = [&](const std::string& where) {
+      Tensors got = in;
+      const Status s = Run(&got);
+      ASSERT_TRUE(s.ok()) << s.message() << Describe(dtype) << where;
+      EXPECT_TRUE(got.out.OutsideViewUnchanged(out_before)) << "out written outside its view" << Describe(dtype);
+      for (int64_t i = 0; i < got.out.numel(); ++i) {
+        if (ElementBits(got.out, i) != ElementBits(want.out, i)) {
+          ADD_FAILURE() << "out[" << i / H_ << "][" << i % H_ << "] = " << got.out.GetF(i)
+                        << " but the reference gives " << want.out.GetF(i) << Describe(dtype) << where;
+          break;
+        }
+      }
+      const TestTensor* ins[] = {&got.x, &got.idx, &got.x1, &got.x2, &got.bias, &got.scales, &got.expert};
+      const TestTensor* orig[] = {&in.x, &in.idx, &in.x1, &in.x2, &in.bias, &in.scales, &in.expert};
+      for (int k = 0; k < 7; ++k) EXPECT_TRUE(ins[k]->SameBytes(orig[k]->Snapshot())) << "input " << k << " written";
+    };
+    if (!all_targets_) return check("");
+    for (int threads : {1, 2, 3}) {
+      SetNumThreads(threads);
+      const auto targets = ForEachSimdTarget([&] { check(" threads=" + std::to_string(threads)); });
+      EXPECT_GE(targets.size(), 1u);
+    }
+    SetNumThreads(0);
+  }
+
+ private:
+  bool drop_pad() const { return mode_ == 1 || mode_ == 3; }
+
+  Tensors Make(DType dtype) const {
+    std::mt19937_64 rng(seed_);
+    const int64_t pairs = R_ * K_;
+    const int64_t rows = drop_pad() ? E_ * C_ : pairs;
+    Tensors t;
+    t.x = drop_pad() ? TestTensor(dtype, {E_, C_, H_}, in_, seed_ + 1) : TestTensor(dtype, {pairs, H_}, in_, seed_ + 1);
+    t.idx = TestTensor(DType::kInt32, {pairs}, in_, seed_ + 2);
+    t.x1 = TestTensor(dtype, {R_, H_}, in_, seed_ + 3);
+    t.x2 = TestTensor(dtype, {R_, H_}, in_, seed_ + 4);
+    t.bias = TestTensor(dtype, {E_, H_}, in_, seed_ + 5);
+    t.scales = TestTensor(dtype, {R_, K_}, in_, seed_ + 6);
+    t.expert = TestTensor(DType::kInt32, {R_, K_}, in_, seed_ + 7);
+    t.out = TestTensor(dtype, {R_, H_}, out_, seed_ + 8);
+    for (TestTensor* f : {&t.x, &t.x1, &t.x2, &t.bias, &t.scales}) f->FillUniform(rng);
+    // Index values: a permutation of the rows (as the routing step writes them) or independent draws.
+    std::vector<int64_t> slots(static_cast<size_t>(rows));
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    for (int64_t i = 0; i < pairs; ++i) {
+      int64_t v = -1;
+      if (rows > 0 && !(drop_pad() && unit(rng) < drop_)) {
+        if (dup_) v = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
+        else if (i < rows) v = slots[static_cast<size_t>(i)];
+      }
+      t.idx.SetI(i, v);
+    }
+    for (int64_t i = 0; i < pairs; ++i) {
+      t.expert.SetI(i, bias_ ? static_cast<int64_t>(rng() % static_cast<uint64_t>(E_)) : 1000 + i);
+    }
+    return t;
+  }
+
+  FinalizeRoutingV2Args Args(const Tensors& t) const {
+    FinalizeRoutingV2Args a;
+    a.expanded_x = t.x;
+    a.expanded_row_idx = t.idx;
+    if (x1_) a.x1 = t.x1.view();
+    if (x2_) a.x2 = t.x2.view();
+    if (bias_) a.bias = t.bias.view();
+    if (scales_) a.scales = t.scales.view();
+    if (bias_ || unread_expert_idx_) a.expert_idx = t.expert.view();
+    a.drop_pad_mode = mode_;
+    a.out = t.out;
+    return a;
+  }
+
+  Status Run(Tensors* t) const {
+    const FinalizeRoutingV2Args a = Args(*t);
+    if (api_ == Api::kCpp) return FinalizeRoutingV2(a);
+    if (api_ == Api::kPlan) {
+      Plan plan;
+      Status s = PlanFinalizeRoutingV2(a, &plan);
+      if (!s.ok()) return s;
+      std::vector<char> ws(plan.workspace_size() + 64);
+      void* aligned = ws.data() + (64 - reinterpret_cast<uintptr_t>(ws.data()) % 64) % 64;
+      for (int rep = 0; rep < 2 && s.ok(); ++rep) s = plan.Run(aligned, plan.workspace_size());
+      return s;
+    }
+    aclTensor* x = AclOf(t->x);
+    aclTensor* idx = AclOf(t->idx);
+    aclTensor* x1 = x1_ ? AclOf(t->x1) : nullptr;
+    aclTensor* x2 = x2_ ? AclOf(t->x2) : nullptr;
+    aclTensor* bias = bias_ ? AclOf(t->bias) : nullptr;
+    aclTensor* scales = scales_ ? AclOf(t->scales) : nullptr;
+    aclTensor* expert = (bias_ || unread_expert_idx_) ? AclOf(t->expert) : nullptr;
+    aclTensor* out = AclOf(t->out);
+    uint64_t ws_size = 0;
+    aclOpExecutor* ex = nullptr;
+    aclnnStatus st = aclnnMoeFinalizeRoutingV2GetWorkspaceSize(x, idx, x1, x2, bias, scales, expert, mode_, out,
+                                                               &ws_size, &ex);
+    if (st == ACLNN_SUCCESS) {
+      void* ws = nullptr;
+      if (ws_size > 0) {
+        EXPECT_EQ(aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+      }
+      st = aclnnMoeFinalizeRoutingV2(ws, ws_size, ex, nullptr);
+      if (ws) aclrtFree(ws);
+    }
+    for (aclTensor* a : {x, idx, x1, x2, bias, scales, expert, out}) {
+      if (a) aclDestroyTensor(a);
+    }
+    return st == ACLNN_SUCCESS ? Status::Ok() : Status(static_cast<StatusCode>(st), aclGetRecentErrMsg());
+  }
+
+  std::string Describe(DType dtype) const {
+    return std::string(" [") + DTypeName(dtype) + " mode=" + std::to_string(mode_) + " R=" + std::to_string(R_) +
+           " K=" + std::to_string(K_) + " H=" + std::to_string(H_) + " E=" + std::to_string(E_) +
+           " C=" + std::to_string(C_) + (x1_ ? " x1" : "") + (x2_ ? " x2" : "") + (scales_ ? " scales" : "") +
+           (bias_ ? " bias" : "") + (dup_ ? " dup" : "") + " drop=" + std::to_string(drop_) + " in=" +
+           LayoutName(in_) + " out=" + LayoutName(out_) + " api=" + std::to_string(static_cast<int>(api_)) +
+           " seed=" + std::to_string(seed_) + " target=" + SimdTarget() + "]";
+  }
+
+  int64_t R_ = 5, H_ = 17, K_ = 3, mode_ = 2, E_ = 4, C_ = 4;
+  bool x1_ = false, x2_ = false, scales_ = true, bias_ = false, unread_expert_idx_ = false, dup_ = false;
+  double drop_ = 0.25;
+  Layout in_ = Layout::kContiguous, out_ = Layout::kContiguous;
+  uint64_t seed_ = 1;
+  Api api_ = Api::kCpp;
+  bool all_targets_ = false;
+};
+
+// out = x1 + sum_k s * (x + b) worked by hand. R = 2, H = 2, K = 2; rows x0..x3 = [1,2] [3,4] [5,6] [7,8];
+// token-major pairs (0,0) (0,1) (1,0) (1,1) read rows 2, 0|dropped, 3, 1; scales [[0.5, 2], [1, -1]];
+// x1 = [[10, 20], [30, 40]]; bias b0 = [100, 0], b1 = [0, 100]; expertIdx [[1, 0], [1, 0]].
+//   no bias:   out[0] = [10,20] + 0.5*[5,6] + 2*[1,2] = [14.5, 27];  out[1] = [30,40] + [7,8] - [3,4] = [34, 44]
+//   bias, pair (0,1) dropped: out[0] = [10,20] + 0.5*[5,106] + 2*[100,0] = [212.5, 73]
+//                             out[1] = [30,40] + [7,108] - [103,4] = [-66, 144]
+void HandComputed(int64_t mode, DType dtype, Layout layout) {
+  SCOPED_TRACE(::testing::Message() << "mode " << mode << " " << DTypeName(dtype) << " " << LayoutName(layout));
+  const bool dp = mode == 1 || mode == 3;
+  TestTensor x = dp ? TestTensor(dtype, {2, 2, 2}, layout, 1) : TestTensor(dtype, {4, 2}, layout, 1);
+  TestTensor idx(DType::kInt32, {4}, layout, 2), x1(dtype, {2, 2}, layout, 3), scales(dtype, {2, 2}, layout, 4);
+  TestTensor bias(dtype, {2, 2}, layout, 5), expert(DType::kInt32, {2, 2}, layout, 6), out(dtype, {2, 2}, layout, 7);
+  const float xv[] = {1, 2, 3, 4, 5, 6, 7, 8}, x1v[] = {10, 20, 30, 40}, sv[] = {0.5f, 2, 1, -1}, bv[] = {100, 0, 0, 100};
+  for (int i = 0; i < 8; ++i) x.SetF(i, xv[i]);
+  for (int i = 0; i < 4; ++i) {
+    x1.SetF(i, x1v[i]);
+    scales.SetF(i, sv[i]);
+    bias.SetF(i, bv[i]);
+    expert.SetI(i, i % 2 == 0 ? 1 : 0);
+  }
+  const int64_t token_major[] = {2, dp ? -1 : 0, 3, 1};
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t k = 0; k < 2; ++k) idx.SetI(mode >= 2 ? r * 2 + k : k * 2 + r, token_major[r * 2 + k]);
+  }
+  FinalizeRoutingV2Args a;
+  a.expanded_x = x;
+  a.expanded_row_idx = idx;
+  a.x1 = x1.view();
+  a.scales = scales.view();
+  if (dp) {
+    a.bias = bias.view();
+    a.expert_idx = expert.view();
+  }
+  a.drop_pad_mode = mode;
+  a.out = out;
+  ASSERT_TRUE(FinalizeRoutingV2(a).ok());
+  const std::vector<float> want = dp ? std::vector<float>{212.5f, 73, -66, 144} : std::vector<float>{14.5f, 27, 34, 44};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(out.GetF(i), want[static_cast<size_t>(i)]) << i;
+}
+
+TEST(FinalizeRoutingV2, HandComputed) {
+  for (int64_t mode : {0, 1, 2, 3}) {
+    for (DType dt : {DType::kFloat32, DType::kFloat16}) {
+      for (Layout l : kLayouts) HandComputed(mode, dt, l);
+    }
+  }
+}
+
+// One rounding: in bf16, 1 + 2^-8 + 2^-8 is 1 + 2^-7 exactly when summed in fp32, but 1 when each partial sum
+// is rounded to bf16.
+TEST(FinalizeRoutingV2, RoundsOnce) {
+  TestTensor x(DType::kBFloat16, {2, 1}), idx(DType::kInt32, {2}), x1(DType::kBFloat16, {1, 1});
+  TestTensor out(DType::kBFloat16, {1, 1});
+  x.SetF(0, 1.0f / 256);
+  x.SetF(1, 1.0f / 256);
+  x1.SetF(0, 1.0f);
+  idx.SetI(0, 0);
+  idx.SetI(1, 1);
+  FinalizeRoutingV2Args a;
+  a.expanded_x = x;
+  a.expanded_row_idx = idx;
+  a.x1 = x1.view();
+  a.drop_pad_mode = 2;
+  a.out = out;
+  ASSERT_TRUE(FinalizeRoutingV2(a).ok());
+  EXPECT_EQ(out.GetF(0), 1.0f + 1.0f / 128);
+}
+
+// Nothing at all to add (no x1 / x2, every pair dropped, no bias) gives +0.
+TEST(FinalizeRoutingV2, AllDroppedWithoutBiasIsZero) {
+  for (int64_t mode : {1, 3}) {
+    FinalizeTester().mode(mode).drop_rate(1.0).hidden(33).Test(DType::kFloat32);
+    TestTensor x(DType::kFloat32, {2, 2, 3}), idx(DType::kInt32, {4}), out(DType::kFloat32, {2, 3});
+    for (int i = 0; i < 4; ++i) idx.SetI(i, -1);
+    FinalizeRoutingV2Args a;
+    a.expanded_x = x;
+    a.expanded_row_idx = idx;
+    a.drop_pad_mode = mode;
+    a.out = out;
+    ASSERT_TRUE(FinalizeRoutingV2(a).ok());
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(ElementBits(out, i), 0u) << i;
+  }
+}
+
+TEST(FinalizeRoutingV2, ModesOptionalsAndHiddenSizes) {
+  struct Opt {
+    bool x1, x2, scales, bias;
+  } const opts[] = {{false, false, false, false}, {true, false, true, false}, {false, true, false, false},
+                    {true, true, true, true},     {false, false, false, true}, {false, false, true, true}};
+  uint64_t seed = 1;
+  for (int64_t mode : {0, 1, 2, 3}) {
+    for (const Opt& o : opts) {
+      for (int64_t H : {1, 3, 8, 17, 64, 100, 1031}) {
+        for (DType dt : kFloats) {
+          FinalizeTester().mode(mode).x1(o.x1).x2(o.x2).scales(o.scales).bias(o.bias).hidden(H).seed(seed++).Test(dt);
+        }
+      }
+    }
+  }
+}
+
+TEST(FinalizeRoutingV2, TopKWithoutScales) {
+  for (int64_t mode : {0, 1, 2, 3}) {
+    for (int64_t K : {1, 2, 5, 9}) {
+      FinalizeTester().mode(mode).topk(K).scales(false).experts(3).capacity(7).hidden(40).seed(K).Test(DType::kFloat32);
+      FinalizeTester().mode(mode).topk(K).scales(true).bias(true).experts(3).capacity(7).hidden(24).seed(K + 9)
+          .Test(DType::kBFloat16);
+    }
+  }
+}
+
+TEST(FinalizeRoutingV2, DropsDuplicatesAndUnreadExpertIdx) {
+  uint64_t seed = 50;
+  for (int64_t mode : {0, 1, 2, 3}) {
+    for (double drop : {0.0, 0.5, 1.0}) {
+      for (DType dt : kFloats) {
+        FinalizeTester().mode(mode).drop_rate(drop).bias(true).duplicates(true).seed(seed++).Test(dt);
+        FinalizeTester().mode(mode).drop_rate(drop).bias(false).unread_expert_idx(true).x1(true).seed(seed++).Test(dt);
+      }
+    }
+  }
+  // Capacity smaller than the pairs: the pairs past E*C are dropped.
+  FinalizeTester().mode(3).tokens(9).topk(2).experts(2).capacity(3).drop_rate(0).bias(true).Test(DType::kFloat16);
+}
+
+TEST(FinalizeRoutingV2, LayoutsAndApis) {
+  uint64_t seed = 200;
+  for (Layout in : kLayouts) {
+    for (Layout out : kLayouts) {
+      for (Api api : {Api::kCpp, Api::kPlan, Api::kAcl}) {
+        for (int64_t mode : {0, 3}) {
+          for (DType dt : kFloats) {
+            FinalizeTester().mode(mode).layout(in, out).api(api).x1(true).x2(true).bias(true).hidden(19)
+                .seed(seed++).Test(dt);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(FinalizeRoutingV2, EmptyTensors) {
+  for (int64_t mode : {0, 1, 2, 3}) {
+    for (Api api : {Api::kCpp, Api::kAcl}) {
+      FinalizeTester().mode(mode).tokens(0).x1(true).bias(true).api(api).Test(DType::kFloat32);           // R = 0
+      FinalizeTester().mode(mode).hidden(0).x1(true).bias(true).api(api).Test(DType::kFloat16);           // H = 0
+      FinalizeTester().mode(mode).topk(0).x1(true).x2(true).api(api).Test(DType::kBFloat16);              // K = 0
+      FinalizeTester().mode(mode).topk(0).scales(false).x2(true).api(api).Test(DType::kFloat32);          // K = 0
+      FinalizeTester().mode(mode).topk(0).scales(false).bias(true).api(api).Test(DType::kFloat32);        // no term
+    }
+  }
+  for (int64_t mode : {1, 3}) {
+    FinalizeTester().mode(mode).capacity(0).x1(true).bias(true).Test(DType::kFloat32);  // every pair dropped
+    FinalizeTester().mode(mode).experts(0).capacity(3).x1(true).Test(DType::kFloat16);
+  }
+}
+
+TEST(FinalizeRoutingV2, BitIdenticalAcrossSimdTargetsAndThreads) {
+  // 200 rows of (K + 3) * 300 elements: several tasks per run; H spans tiles with a tail.
+  for (int64_t mode : {0, 3}) {
+    for (DType dt : kFloats) {
+      FinalizeTester().mode(mode).tokens(200).topk(4).hidden(1031).experts(8).capacity(110).x1(true).x2(true)
+          .bias(true).all_targets(true).seed(static_cast<uint64_t>(mode) + 7).Test(dt);
+    }
+  }
+  FinalizeTester().mode(2).tokens(90).topk(2).hidden(77).layout(Layout::kPadded, Layout::kTransposed)
+      .all_targets(true).Test(DType::kBFloat16);
+}
+
+}  // namespace
+}  // namespace moegrad::testing

@@ -1,0 +1,131 @@
+"""The two gradient operators called directly, against their formulas evaluated element by element."""
+import pytest
+import torch
+
+import moegrad.torch as mt
+from reference import assert_close, make_view
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def finalize_grad_formula(grad_y, idx, expanded_x, scales, expert_idx, bias, mode, active_num, rows_shape):
+    """gradExpandedX[v] += gradY[i/K] * s_i; gradScales[i] = sum_j (x_i + b_i)[j] * gradY[i/K][j] (float64)."""
+    tokens, hidden = grad_y.shape
+    topk = scales.shape[1] if scales is not None else idx.numel() // tokens
+    gy = grad_y.double()
+    grad_x = torch.zeros(rows_shape, dtype=torch.float64).reshape(-1, hidden)
+    rows = grad_x.shape[0]
+    grad_s = torch.zeros(tokens, topk, dtype=torch.float64) if scales is not None else None
+    flat_x = expanded_x.double().reshape(-1, hidden) if expanded_x is not None else None
+    for i in range(tokens * topk):
+        r, k = divmod(i, topk)
+        v = int(idx[i])
+        kept = v >= 0 and (mode == 1 or v < rows)
+        s = float(scales[r, k]) if scales is not None else 1.0
+        if kept:
+            grad_x[v] += gy[r] * s
+        if scales is not None:
+            x_i = flat_x[v] if kept else torch.zeros(hidden, dtype=torch.float64)
+            b_i = bias[int(expert_idx[r, k])].double() if bias is not None else 0.0
+            grad_s[r, k] = ((x_i + b_i) * gy[r]).sum()
+    return grad_x.reshape(rows_shape), grad_s
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode,active_num", [(0, 0), (0, 11), (0, 1000), (1, 0)])
+@pytest.mark.parametrize("with_scales,with_bias", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_finalize_grad_operator(dtype, mode, active_num, with_scales, with_bias, layout):
+    tokens, topk, hidden, experts, capacity = 9, 2, 13, 4, 4
+    pairs = tokens * topk
+    if mode == 0:
+        rows = active_num if 0 < active_num < pairs else pairs
+        shape = (rows, hidden)
+        idx = torch.randperm(pairs).to(torch.int32)  # values >= activeNum are dropped pairs
+    else:
+        shape = (experts, capacity, hidden)
+        idx = torch.randint(-1, experts * capacity, (pairs,), dtype=torch.int32)
+    grad_y = make_view(torch.randn(tokens, hidden).to(dtype), layout)
+    expanded_x = make_view(torch.randn(shape).to(dtype), layout) if with_scales else None
+    scales = make_view(torch.rand(tokens, topk).to(dtype), layout) if with_scales else None
+    expert_idx = torch.randint(0, experts, (tokens, topk), dtype=torch.int32) if with_bias else None
+    bias = make_view(torch.randn(experts, hidden).to(dtype), layout) if with_bias else None
+
+    grad_x, grad_s = mt.moe_finalize_routing_v2_grad(
+        grad_y, make_view(idx, layout), expanded_x=expanded_x, scales=scales, expert_idx=expert_idx, bias=bias,
+        drop_pad_mode=mode, active_num=active_num, expert_num=experts if mode == 1 else 0,
+        expert_capacity=capacity if mode == 1 else 0)
+    want_x, want_s = finalize_grad_formula(grad_y, idx, expanded_x, scales, expert_idx, bias, mode, active_num,
+                                           shape)
+    assert grad_x.shape == shape and grad_x.dtype == dtype
+    assert_close(grad_x, want_x, dtype, "grad_expanded_x")
+    if with_scales:
+        assert grad_s.shape == (tokens, topk) and grad_s.dtype == dtype
+        assert_close(grad_s, want_s, dtype, "grad_scales")
+    else:
+        assert grad_s is None
+
+
+def permute_grad_formula(grad, sorted_indices, experts, tokens, drop_and_pad, probs_grad, routing_map):
+    hidden = grad.shape[1]
+    tokens_grad = torch.zeros(tokens, hidden, dtype=torch.float64)
+    out_probs = torch.zeros(tokens, experts, dtype=torch.float64) if probs_grad is not None else None
+    rows = grad.shape[0]
+    if drop_and_pad:
+        capacity = rows // experts
+        for p in range(rows):
+            t = int(sorted_indices[p])
+            tokens_grad[t] += grad[p].double()
+            if probs_grad is not None:
+                out_probs[t, p // capacity] += float(probs_grad[p])
+    else:
+        topk = rows // tokens
+        for t in range(tokens):
+            for k in range(topk):
+                tokens_grad[t] += grad[int(sorted_indices[t * topk + k])].double()
+        if probs_grad is not None:
+            c = 0
+            for e in range(experts):
+                for t in range(tokens):
+                    if routing_map[t, e]:
+                        out_probs[t, e] = float(probs_grad[c])
+                        c += 1
+    return tokens_grad, out_probs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("drop_and_pad", [False, True])
+@pytest.mark.parametrize("with_probs", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "sliced"])
+def test_permute_grad_operator(dtype, drop_and_pad, with_probs, layout):
+    tokens, experts, hidden, topk, capacity = 11, 5, 9, 2, 4
+    routing_map = torch.zeros(tokens, experts, dtype=torch.bool).scatter_(
+        1, torch.rand(tokens, experts).topk(topk, dim=1).indices, True)
+    rows = experts * capacity if drop_and_pad else tokens * topk
+    if drop_and_pad:  # any token ids, repeats included: they sum
+        sorted_indices = torch.randint(0, tokens, (rows,), dtype=torch.int32)
+    else:
+        sorted_indices = torch.randperm(rows).to(torch.int32)
+    grad = make_view(torch.randn(rows, hidden).to(dtype), layout)
+    probs_grad = make_view(torch.randn(rows).to(dtype), layout) if with_probs else None
+
+    tokens_grad, out_probs = mt.moe_token_permute_with_routing_map_grad(
+        grad, make_view(sorted_indices, layout), experts, tokens, drop_and_pad=drop_and_pad,
+        permuted_probs_output_grad=probs_grad, routing_map=routing_map if with_probs else None)
+    want_t, want_p = permute_grad_formula(grad, sorted_indices, experts, tokens, drop_and_pad, probs_grad,
+                                          routing_map)
+    assert tokens_grad.shape == (tokens, hidden) and tokens_grad.dtype == dtype
+    assert_close(tokens_grad, want_t, dtype, "tokens_grad")
+    if with_probs:
+        assert out_probs.shape == (tokens, experts) and out_probs.dtype == dtype
+        assert_close(out_probs, want_p, dtype, "probs_grad")
+    else:
+        assert out_probs is None
+
+
+def test_grad_operators_are_not_differentiable_but_accept_grad_inputs():
+    grad_y = torch.randn(4, 6, requires_grad=True)
+    idx = torch.randperm(4).to(torch.int32)
+    grad_x, _ = mt.moe_finalize_routing_v2_grad(grad_y, idx)
+    want, _ = finalize_grad_formula(grad_y.detach(), idx, None, None, None, None, 0, 0, (4, 6))
+    assert_close(grad_x, want, torch.float32, "grad_expanded_x")

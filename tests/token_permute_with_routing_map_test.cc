@@ -1,0 +1,313 @@
+// MoeTokenPermuteWithRoutingMap against hand-computed values and, bit for bit, against the scalar reference
+// (which builds the expert-major token list and argsorts it, as the formulas read): dropless and drop-and-pad,
+// INT8 and BOOL maps, with and without probs, dtypes, layouts, hidden sizes, empty tensors, both APIs, SIMD
+// targets and thread counts. Contract: docs/ops/token_permute_with_routing_map.md.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_moe_token_permute_with_routing_map.h"
+#include "moegrad/ops.hpp"
+#include "src/ref/reference.h"
+#include "tests/support/test_tensor.h"
+
+namespace moegrad::testing {
+namespace {
+
+constexpr DType kFloats[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+constexpr Layout kLayouts[] = {Layout::kContiguous, Layout::kPadded, Layout::kTransposed};
+enum class Api { kCpp, kPlan, kAcl };
+
+aclTensor* AclOf(TestTensor& t) {
+  const int64_t storage = t.storage_elements();
+  return aclCreateTensor(t.sizes_vector().data(), t.sizes_vector().size(), static_cast<aclDataType>(t.dtype()),
+                         t.strides_vector().data(), t.offset_elements(), ACL_FORMAT_ND, &storage, 1, t.storage());
+}
+
+struct Tensors {
+  TestTensor tokens, map, probs, permuted, permuted_probs, sorted;
+};
+
+class PermuteTester {
+ public:
+  PermuteTester& tokens(int64_t v) { T_ = v; return *this; }
+  PermuteTester& experts(int64_t v) { E_ = v; return *this; }
+  PermuteTester& hidden(int64_t v) { H_ = v; return *this; }
+  PermuteTester& topk(int64_t v) { K_ = v; return *this; }          // dropless
+  PermuteTester& capacity(int64_t v) { C_ = v; return *this; }      // drop-and-pad
+  PermuteTester& drop_and_pad(bool v) { dp_ = v; return *this; }
+  PermuteTester& density(double v) { density_ = v; return *this; }  // drop-and-pad: share of routed entries
+  PermuteTester& probs(bool v) { probs_ = v; return *this; }
+  // Without probs: pass a permuteProbsOut anyway; it must stay untouched.
+  PermuteTester& unused_probs_out(bool v) { unused_probs_out_ = v; return *this; }
+  PermuteTester& map_dtype(DType v) { map_dtype_ = v; return *this; }
+  PermuteTester& layout(Layout in, Layout out) { in_ = in; out_ = out; return *this; }
+  PermuteTester& seed(uint64_t v) { seed_ = v; return *this; }
+  PermuteTester& api(Api v) { api_ = v; return *this; }
+  PermuteTester& all_targets(bool v) { all_targets_ = v; return *this; }
+
+  int64_t rows() const { return dp_ ? E_ * C_ : T_ * K_; }
+
+  void Test(DType dtype) const {
+    const Tensors in = Make(dtype);
+    Tensors want = in;
+    ref::TokenPermuteWithRoutingMap(Args(want));
+    const auto tok_before = in.permuted.Snapshot(), probs_before = in.permuted_probs.Snapshot();
+    const auto idx_before = in.sorted.Snapshot();
+    auto check = [&](const std::string& where) {
+      Tensors got = in;
+      const Status s = Run(&got);
+      ASSERT_TRUE(s.ok()) << s.message() << Describe(dtype) << where;
+      Expect(got.permuted, want.permuted, tok_before, "permuteTokensOut", dtype, where);
+      if (probs_) Expect(got.permuted_probs, want.permuted_probs, probs_before, "permuteProbsOut", dtype, where);
+      else EXPECT_TRUE(got.permuted_probs.SameBytes(probs_before)) << "permuteProbsOut written" << Describe(dtype);
+      EXPECT_TRUE(got.sorted.OutsideViewUnchanged(idx_before)) << "sortedIndicesOut outside view" << Describe(dtype);
+      for (int64_t i = 0; i < got.sorted.numel(); ++i) {
+        if (got.sorted.GetI(i) != want.sorted.GetI(i)) {
+          ADD_FAILURE() << "sortedIndices[" << i << "] = " << got.sorted.GetI(i) << " but the reference gives "
+                        << want.sorted.GetI(i) << Describe(dtype) << where;
+          break;
+        }
+      }
+      EXPECT_TRUE(got.tokens.SameBytes(in.tokens.Snapshot()) && got.map.SameBytes(in.map.Snapshot()) &&
+                  got.probs.SameBytes(in.probs.Snapshot()))
+          << "an input was written" << Describe(dtype);
+    };
+    if (!all_targets_) return check("");
+    for (int threads : {1, 2, 3}) {
+      SetNumThreads(threads);
+      const auto targets = ForEachSimdTarget([&] { check(" threads=" + std::to_string(threads)); });
+      EXPECT_GE(targets.size(), 1u);
+    }
+    SetNumThreads(0);
+  }
+
+ private:
+  Tensors Make(DType dtype) const {
+    std::mt19937_64 rng(seed_);
+    const int64_t N = rows();
+    Tensors t;
+    t.tokens = TestTensor(dtype, {T_, H_}, in_, seed_ + 1);
+    t.map = TestTensor(map_dtype_, {T_, E_}, in_, seed_ + 2);
+    t.probs = TestTensor(dtype, {T_, E_}, in_, seed_ + 3);
+    t.permuted = TestTensor(dtype, {N, H_}, out_, seed_ + 4);
+    t.permuted_probs = TestTensor(dtype, {N}, out_, seed_ + 5);
+    t.sorted = TestTensor(DType::kInt32, {N}, out_, seed_ + 6);
+    t.tokens.FillUniform(rng);
+    t.probs.FillUniform(rng, 0.0f, 1.0f);
+    std::vector<uint8_t> routed(static_cast<size_t>(T_ * E_), 0);
+    std::vector<int64_t> order(static_cast<size_t>(E_));
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    for (int64_t r = 0; r < T_; ++r) {
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      for (int64_t e = 0; e < E_; ++e) {
+        const bool hit = dp_ ? unit(rng) < density_ : order[static_cast<size_t>(e)] < K_;
+        routed[static_cast<size_t>(r * E_ + e)] = hit;
+      }
+    }
+    // Any non-zero byte is routed: INT8 maps use assorted non-zero values.
+    for (int64_t i = 0; i < T_ * E_; ++i) {
+      int64_t v = routed[static_cast<size_t>(i)];
+      if (v && map_dtype_ == DType::kInt8) v = (i % 4 == 1) ? -3 : (i % 4 == 2 ? 127 : 1);
+      t.map.SetI(i, v);
+    }
+    return t;
+  }
+
+  TokenPermuteWithRoutingMapArgs Args(const Tensors& t) const {
+    TokenPermuteWithRoutingMapArgs a;
+    a.tokens = t.tokens;
+    a.routing_map = t.map;
+    if (probs_) a.probs = t.probs.view();
+    a.num_out_tokens = rows();
+    a.drop_and_pad = dp_;
+    a.permute_tokens = t.permuted;
+    if (probs_ || unused_probs_out_) a.permute_probs = t.permuted_probs.view();
+    a.sorted_indices = t.sorted;
+    return a;
+  }
+
+  Status Run(Tensors* t) const {
+    const TokenPermuteWithRoutingMapArgs a = Args(*t);
+    if (api_ == Api::kCpp) return TokenPermuteWithRoutingMap(a);
+    if (api_ == Api::kPlan) {
+      Plan plan;
+      Status s = PlanTokenPermuteWithRoutingMap(a, &plan);
+      for (int rep = 0; rep < 2 && s.ok(); ++rep) s = plan.Run();
+      return s;
+    }
+    aclTensor* tokens = AclOf(t->tokens);
+    aclTensor* map = AclOf(t->map);
+    aclTensor* probs = probs_ ? AclOf(t->probs) : nullptr;
+    aclTensor* permuted = AclOf(t->permuted);
+    aclTensor* pprobs = (probs_ || unused_probs_out_) ? AclOf(t->permuted_probs) : nullptr;
+    aclTensor* sorted = AclOf(t->sorted);
+    uint64_t ws_size = 0;
+    aclOpExecutor* ex = nullptr;
+    aclnnStatus st = aclnnMoeTokenPermuteWithRoutingMapGetWorkspaceSize(tokens, map, probs, rows(), dp_, permuted,
+                                                                        pprobs, sorted, &ws_size, &ex);
+    if (st == ACLNN_SUCCESS) {
+      EXPECT_EQ(aclSetAclOpExecutorRepeatable(ex), ACLNN_SUCCESS);
+      void* ws = nullptr;
+      if (ws_size > 0) {
+        EXPECT_EQ(aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+      }
+      for (int rep = 0; rep < 2 && st == ACLNN_SUCCESS; ++rep) st = aclnnMoeTokenPermuteWithRoutingMap(ws, ws_size, ex, nullptr);
+      aclDestroyAclOpExecutor(ex);
+      if (ws) aclrtFree(ws);
+    }
+    for (aclTensor* x : {tokens, map, probs, permuted, pprobs, sorted}) {
+      if (x) aclDestroyTensor(x);
+    }
+    return st == ACLNN_SUCCESS ? Status::Ok() : Status(static_cast<StatusCode>(st), aclGetRecentErrMsg());
+  }
+
+  void Expect(const TestTensor& got, const TestTensor& want, const std::vector<uint8_t>& before, const char* what,
+              DType dtype, const std::string& where) const {
+    EXPECT_TRUE(got.OutsideViewUnchanged(before)) << what << " written outside its view" << Describe(dtype) << where;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      if (ElementBits(got, i) != ElementBits(want, i)) {
+        ADD_FAILURE() << what << " element " << i << " = " << got.GetF(i) << " but the reference gives "
+                      << want.GetF(i) << Describe(dtype) << where;
+        return;
+      }
+    }
+  }
+
+  std::string Describe(DType dtype) const {
+    return std::string(" [") + DTypeName(dtype) + " T=" + std::to_string(T_) + " E=" + std::to_string(E_) +
+           " H=" + std::to_string(H_) + (dp_ ? " dropAndPad C=" + std::to_string(C_) : " K=" + std::to_string(K_)) +
+           (probs_ ? " probs" : "") + " map=" + DTypeName(map_dtype_) + " in=" + LayoutName(in_) +
+           " out=" + LayoutName(out_) + " api=" + std::to_string(static_cast<int>(api_)) +
+           " seed=" + std::to_string(seed_) + " target=" + SimdTarget() + "]";
+  }
+
+  int64_t T_ = 6, E_ = 4, H_ = 17, K_ = 2, C_ = 3;
+  bool dp_ = false, probs_ = true, unused_probs_out_ = false, all_targets_ = false;
+  double density_ = 0.4;
+  DType map_dtype_ = DType::kInt8;
+  Layout in_ = Layout::kContiguous, out_ = Layout::kContiguous;
+  uint64_t seed_ = 1;
+  Api api_ = Api::kCpp;
+};
+
+// Worked by hand. Token t's row is [10t + 1, 10t + 2]; probs[t][e] = t + e / 4.
+//   dropless, T = 3, E = 3, K = 2, routed (0,0) (0,2) (1,0) (1,1) (2,1) (2,2):
+//     expert-major token list [0, 1 | 1, 2 | 0, 2]; sortedIndices (its stable argsort) [0, 4, 1, 2, 3, 5]
+//   drop-and-pad, T = 3, E = 2, C = 2, routed (0,1) (1,0) (1,1):
+//     expert 0 takes [1, then unrouted 0]; expert 1 takes [0, 1]: sortedIndices [1, 0, 0, 1]
+TEST(TokenPermuteWithRoutingMap, HandComputed) {
+  for (bool dp : {false, true}) {
+    for (DType map_dtype : {DType::kInt8, DType::kBool}) {
+      const int64_t T = 3, E = dp ? 2 : 3, N = dp ? 4 : 6;
+      TestTensor tokens(DType::kFloat32, {T, 2}), map(map_dtype, {T, E}), probs(DType::kFloat32, {T, E});
+      TestTensor permuted(DType::kFloat32, {N, 2}), pprobs(DType::kFloat32, {N}), sorted(DType::kInt32, {N});
+      for (int64_t t = 0; t < T; ++t) {
+        tokens.SetF(t * 2, 10.0f * t + 1);
+        tokens.SetF(t * 2 + 1, 10.0f * t + 2);
+        for (int64_t e = 0; e < E; ++e) {
+          probs.SetF(t * E + e, t + e / 4.0f);
+          map.SetI(t * E + e, 0);
+        }
+      }
+      const std::vector<std::pair<int, int>> hits = dp ? std::vector<std::pair<int, int>>{{0, 1}, {1, 0}, {1, 1}}
+                                                       : std::vector<std::pair<int, int>>{{0, 0}, {0, 2}, {1, 0},
+                                                                                          {1, 1}, {2, 1}, {2, 2}};
+      for (auto [t, e] : hits) map.SetI(t * E + e, 1);
+      TokenPermuteWithRoutingMapArgs a;
+      a.tokens = tokens;
+      a.routing_map = map;
+      a.probs = probs.view();
+      a.num_out_tokens = N;
+      a.drop_and_pad = dp;
+      a.permute_tokens = permuted;
+      a.permute_probs = pprobs.view();
+      a.sorted_indices = sorted;
+      ASSERT_TRUE(TokenPermuteWithRoutingMap(a).ok());
+      const std::vector<int64_t> want_idx = dp ? std::vector<int64_t>{1, 0, 0, 1} : std::vector<int64_t>{0, 4, 1, 2, 3, 5};
+      // The token and expert of each permuted row.
+      const std::vector<std::pair<int, int>> rows = dp ? std::vector<std::pair<int, int>>{{1, 0}, {0, 0}, {0, 1}, {1, 1}}
+                                                       : std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {1, 1},
+                                                                                          {2, 1}, {0, 2}, {2, 2}};
+      for (int64_t i = 0; i < N; ++i) {
+        EXPECT_EQ(sorted.GetI(i), want_idx[static_cast<size_t>(i)]) << i;
+        const auto [t, e] = rows[static_cast<size_t>(i)];
+        EXPECT_EQ(permuted.GetF(i * 2), 10.0f * t + 1) << i;
+        EXPECT_EQ(permuted.GetF(i * 2 + 1), 10.0f * t + 2) << i;
+        EXPECT_EQ(pprobs.GetF(i), t + e / 4.0f) << i;
+      }
+    }
+  }
+}
+
+TEST(TokenPermuteWithRoutingMap, HiddenSizesAndDTypes) {
+  uint64_t seed = 1;
+  for (int64_t H : {1, 3, 8, 17, 64, 100, 1031}) {
+    for (DType dt : kFloats) {
+      PermuteTester().hidden(H).seed(seed++).Test(dt);
+      PermuteTester().hidden(H).drop_and_pad(true).seed(seed++).Test(dt);
+      PermuteTester().hidden(H).probs(false).unused_probs_out(true).map_dtype(DType::kBool).seed(seed++).Test(dt);
+    }
+  }
+}
+
+TEST(TokenPermuteWithRoutingMap, TopKCapacityAndDensity) {
+  uint64_t seed = 100;
+  for (int64_t K : {0, 1, 2, 3, 8, 16}) {
+    PermuteTester().tokens(9).experts(16).topk(K).hidden(12).seed(seed++).Test(DType::kFloat32);
+  }
+  for (int64_t C : {0, 1, 2, 5, 9}) {
+    for (double density : {0.0, 0.2, 0.7, 1.0}) {
+      for (DType map : {DType::kInt8, DType::kBool}) {
+        PermuteTester().drop_and_pad(true).tokens(9).experts(5).capacity(C).density(density).map_dtype(map)
+            .hidden(10).seed(seed++).Test(DType::kBFloat16);
+      }
+    }
+  }
+}
+
+TEST(TokenPermuteWithRoutingMap, LayoutsAndApis) {
+  uint64_t seed = 300;
+  for (Layout in : kLayouts) {
+    for (Layout out : kLayouts) {
+      for (Api api : {Api::kCpp, Api::kPlan, Api::kAcl}) {
+        for (bool dp : {false, true}) {
+          for (DType dt : kFloats) {
+            PermuteTester().drop_and_pad(dp).layout(in, out).api(api).hidden(13).seed(seed++).Test(dt);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TokenPermuteWithRoutingMap, EmptyTensors) {
+  for (bool dp : {false, true}) {
+    for (Api api : {Api::kCpp, Api::kAcl}) {
+      PermuteTester().drop_and_pad(dp).tokens(0).capacity(0).api(api).Test(DType::kFloat32);  // T = 0
+      PermuteTester().drop_and_pad(dp).hidden(0).api(api).Test(DType::kFloat16);            // H = 0
+      PermuteTester().drop_and_pad(dp).experts(0).topk(0).capacity(0).api(api).Test(DType::kBFloat16);  // E = 0
+      PermuteTester().drop_and_pad(dp).topk(0).capacity(0).api(api).Test(DType::kFloat32);  // N = 0
+    }
+  }
+}
+
+TEST(TokenPermuteWithRoutingMap, BitIdenticalAcrossSimdTargetsAndThreads) {
+  // 1000 tokens: 16 blocks of the index computation; 4000 / 2000 output rows in several tasks.
+  for (DType dt : kFloats) {
+    PermuteTester().tokens(1000).experts(16).topk(4).hidden(64).all_targets(true).seed(7).Test(dt);
+    PermuteTester().tokens(1000).experts(16).drop_and_pad(true).capacity(125).density(0.15).hidden(64)
+        .map_dtype(DType::kBool).all_targets(true).seed(8).Test(dt);
+  }
+  PermuteTester().tokens(700).experts(9).topk(3).hidden(33).layout(Layout::kTransposed, Layout::kPadded)
+      .all_targets(true).Test(DType::kFloat16);
+}
+
+}  // namespace
+}  // namespace moegrad::testing

@@ -1,0 +1,149 @@
+// `moegrad bench`: every operator on one model's MoE layer shape, timed as a user calls it (plan, then run
+// with a preallocated workspace), verified against the scalar reference, and set against the copy
+// bandwidth measured in the same run.
+#include <strings.h>
+
+#include <cstdio>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "moegrad/plan.hpp"
+#include "tools/moegrad/cli.h"
+#include "tools/moegrad/common/catalog.h"
+#include "tools/moegrad/common/measure.h"
+#include "tools/moegrad/common/model_presets.h"
+#include "tools/moegrad/report.h"
+
+namespace moegrad::tool {
+namespace {
+
+bool ParseDTypes(const std::string& s, std::vector<DType>* out) {
+  const struct {
+    const char* name;
+    DType dtype;
+  } names[] = {{"f32", DType::kFloat32}, {"f16", DType::kFloat16}, {"bf16", DType::kBFloat16}};
+  for (const auto& n : names) {
+    if (strcasecmp(s.c_str(), "all") == 0 || strcasecmp(s.c_str(), n.name) == 0) out->push_back(n.dtype);
+  }
+  return !out->empty();
+}
+
+struct AlignedBuffer {
+  explicit AlignedBuffer(uint64_t bytes)
+      : data(bytes ? ::operator new(bytes, std::align_val_t(64)) : nullptr), size(bytes) {}
+  ~AlignedBuffer() {
+    if (data) ::operator delete(data, std::align_val_t(64));
+  }
+  void* data;
+  uint64_t size;
+};
+
+// Plans, times and verifies one row; false (with `error`) when the library refuses the call.
+bool MeasureRow(const BenchRow& row, const Shape& shape, DType dtype, uint64_t seed, BenchResult* r,
+                std::string* error) {
+  std::unique_ptr<Problem> p = row.make(shape, dtype, seed);
+  r->op = row.op;
+  r->key = row.key;
+  r->mode = row.mode;
+  r->dtype = ShortDTypeName(dtype);
+  r->shape = p->shape_name();
+  r->bytes = p->MinBytes();
+
+  Plan plan;
+  Status status = p->Plan(&plan);
+  if (!status.ok()) {
+    *error = status.message();
+    return false;
+  }
+  AlignedBuffer workspace(plan.workspace_size());
+  r->workspace_bytes = workspace.size;
+  r->seconds = MedianSeconds([&] {
+    // Both phases each time, as a training step calls the operator: the plan is part of the cost.
+    Plan timed;
+    Status s = p->Plan(&timed);
+    if (s.ok()) s = timed.Run(workspace.data, workspace.size);
+    if (!s.ok() && status.ok()) status = s;
+  });
+  if (!status.ok()) {
+    *error = status.message();
+    return false;
+  }
+
+  p->RunReference();
+  std::string mismatch;
+  r->verified = CompareOutputs(*p, 0, &mismatch);
+  if (!r->verified) *error = mismatch;
+  return true;
+}
+
+}  // namespace
+
+int RunBench(const BenchOptions& o) {
+  const ModelPreset* preset = FindPreset(o.preset);
+  if (preset == nullptr) {
+    std::fprintf(stderr, "moegrad bench: unknown preset '%s' (see moegrad --help)\n", o.preset.c_str());
+    return 2;
+  }
+  std::vector<DType> dtypes;
+  if (!ParseDTypes(o.dtype, &dtypes)) {
+    std::fprintf(stderr, "moegrad bench: --dtype must be f32, f16, bf16 or all, not '%s'\n", o.dtype.c_str());
+    return 2;
+  }
+  std::vector<const BenchRow*> rows;
+  for (const BenchRow& r : BenchRows()) {
+    if (RowMatches(r, o.op)) rows.push_back(&r);
+  }
+  if (rows.empty()) {
+    std::fprintf(stderr, "moegrad bench: no operator matches --op '%s' (see moegrad --help)\n", o.op.c_str());
+    return 2;
+  }
+
+  BenchReport report;
+  report.preset = preset->name;
+  Shape& shape = report.shape;
+  shape.tokens = o.tokens > 0 ? o.tokens : preset->default_tokens;
+  shape.hidden = preset->hidden;
+  shape.experts = preset->experts;
+  shape.topk = preset->topk;
+  shape.capacity = DefaultCapacity(shape.tokens, shape.experts, shape.topk);
+  report.threads = NumThreads();
+  std::fprintf(stderr, "moegrad bench: measuring copy bandwidth with %d threads\n", report.threads);
+  report.copy_bytes_per_second = CopyBandwidth(report.threads);
+
+  const int total = static_cast<int>(rows.size() * dtypes.size());
+  int index = 0;
+  bool all_ok = true;
+  for (const BenchRow* row : rows) {
+    for (DType dtype : dtypes) {
+      ++index;
+      std::fprintf(stderr, "moegrad bench: [%d/%d] %s %s %s\n", index, total, row->op, row->mode,
+                   ShortDTypeName(dtype));
+      BenchResult r;
+      std::string error;
+      const bool ran = MeasureRow(*row, shape, dtype, 1000 + static_cast<uint64_t>(index), &r, &error);
+      if (!ran) {
+        std::fprintf(stderr, "moegrad bench: %s %s %s failed: %s\n", row->op, row->mode, ShortDTypeName(dtype),
+                     error.c_str());
+        r.verified = false;
+        r.error = error;
+      } else if (!r.verified) {
+        std::fprintf(stderr, "moegrad bench: %s %s %s does not match the reference: %s\n", row->op, row->mode,
+                     ShortDTypeName(dtype), error.c_str());
+      }
+      all_ok = all_ok && r.verified;
+      report.rows.push_back(r);
+    }
+  }
+
+  PrintBenchTable(report, stdout);
+  if (!o.json.empty() && !WriteBenchJson(report, o.json)) {
+    std::fprintf(stderr, "moegrad bench: cannot write %s\n", o.json.c_str());
+    return 1;
+  }
+  if (!all_ok) std::fprintf(stderr, "moegrad bench: some results do not match the reference\n");
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace moegrad::tool

@@ -1,0 +1,163 @@
+#include "tools/moegrad/check_cases.h"
+
+#include <algorithm>
+
+#include "tools/moegrad/common/problems.h"
+
+namespace moegrad::tool {
+namespace {
+
+int64_t Uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {  // [lo, hi]
+  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
+bool Chance(std::mt19937_64& rng, int percent) { return Uniform(rng, 0, 99) < percent; }
+
+DType RandomDType(std::mt19937_64& rng) {
+  const DType all[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  return all[Uniform(rng, 0, 2)];
+}
+
+// Hidden sizes below, at and above the vector widths, with odd tails; now and then a long row.
+int64_t RandomHidden(std::mt19937_64& rng) {
+  static const int64_t sizes[] = {0, 1, 3, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 129, 257};
+  if (Chance(rng, 3)) return Uniform(rng, 1000, 2100);
+  return sizes[Uniform(rng, 0, static_cast<int64_t>(std::size(sizes)) - 1)];
+}
+
+// Tokens: mostly a handful, sometimes none, sometimes enough to split over threads.
+int64_t RandomTokens(std::mt19937_64& rng) {
+  if (Chance(rng, 4)) return 0;
+  if (Chance(rng, 10)) return Uniform(rng, 40, 300);
+  return Uniform(rng, 1, 12);
+}
+
+LayoutPolicy RandomLayout(std::mt19937_64& rng) {
+  const LayoutPolicy all[] = {LayoutPolicy::kContiguous, LayoutPolicy::kStrided, LayoutPolicy::kMixed};
+  return all[Uniform(rng, 0, 2)];
+}
+
+const char* PolicyName(LayoutPolicy l) {
+  switch (l) {
+    case LayoutPolicy::kContiguous: return "contiguous";
+    case LayoutPolicy::kStrided: return "strided";
+    case LayoutPolicy::kMixed: return "mixed";
+  }
+  return "?";
+}
+
+std::string Describe(const Problem& p, IndexData index, LayoutPolicy layout, uint64_t seed) {
+  return Format("%s %s %s %s, %s indices, %s layout, seed %llu", p.op_name(), p.mode_name().c_str(),
+                ShortDTypeName(p.dtype()), p.shape_name().c_str(),
+                index == IndexData::kRouted ? "routed" : "random", PolicyName(layout),
+                static_cast<unsigned long long>(seed));
+}
+
+CheckCase RandomFinalizeGrad(std::mt19937_64& rng) {
+  FinalizeGradConfig c;
+  c.index = Chance(rng, 50) ? IndexData::kRouted : IndexData::kRandom;
+  c.shape.tokens = RandomTokens(rng);
+  c.shape.hidden = RandomHidden(rng);
+  c.shape.experts = Uniform(rng, 1, 12);
+  // Routed data needs K distinct experts; random index data may use any K.
+  c.shape.topk = Uniform(rng, 1, c.index == IndexData::kRouted ? std::min<int64_t>(c.shape.experts, 6) : 6);
+  c.mode = Uniform(rng, 0, 1);
+  c.shape.capacity = Uniform(rng, 1, 6);
+  const int64_t pairs = c.shape.tokens * c.shape.topk;
+  if (c.mode == 0 && pairs > 1 && Chance(rng, 30)) c.active_num = Uniform(rng, 1, pairs - 1);
+  if (c.mode == 0 && Chance(rng, 10)) c.active_num = pairs + Uniform(rng, 0, 3);
+  c.scales = Chance(rng, 75);
+  c.bias = c.scales && Chance(rng, 50);
+  c.expanded_x_without_scales = !c.scales && Chance(rng, 50);
+  c.grad_scales_without_scales = !c.scales && Chance(rng, 50);
+  c.dtype = RandomDType(rng);
+  c.layout = RandomLayout(rng);
+  c.seed = rng();
+  CheckCase k;
+  k.problem = MakeFinalizeGradProblem(c);
+  k.description = Describe(*k.problem, c.index, c.layout, c.seed);
+  return k;
+}
+
+CheckCase RandomPermuteGrad(std::mt19937_64& rng) {
+  PermuteGradConfig c;
+  c.index = Chance(rng, 50) ? IndexData::kRouted : IndexData::kRandom;
+  c.drop_and_pad = Chance(rng, 50);
+  c.probs = Chance(rng, 70);
+  c.shape.tokens = std::max<int64_t>(RandomTokens(rng), 1);  // tokensNum > 0
+  c.shape.hidden = RandomHidden(rng);
+  c.shape.experts = Uniform(rng, 1, 12);
+  // Routed data and dropless probs (N routed entries in a T x E map) need K <= E.
+  const bool k_le_e = c.index == IndexData::kRouted || (c.probs && !c.drop_and_pad);
+  c.shape.topk = Uniform(rng, 1, k_le_e ? std::min<int64_t>(c.shape.experts, 6) : 6);
+  // The forward's gather fills at most T slots per expert; random indices may use any capacity.
+  c.shape.capacity = Uniform(rng, 1, c.index == IndexData::kRouted ? std::min<int64_t>(c.shape.tokens, 6) : 6);
+  c.routing_map = Chance(rng, 30);
+  c.probs_grad_without_probs = !c.probs && Chance(rng, 40);
+  c.map_dtype = Chance(rng, 50) ? DType::kInt8 : DType::kBool;
+  c.dtype = RandomDType(rng);
+  c.layout = RandomLayout(rng);
+  c.seed = rng();
+  CheckCase k;
+  k.problem = MakePermuteGradProblem(c);
+  k.description = Describe(*k.problem, c.index, c.layout, c.seed);
+  return k;
+}
+
+CheckCase RandomFinalize(std::mt19937_64& rng) {
+  FinalizeConfig c;
+  c.index = Chance(rng, 50) ? IndexData::kRouted : IndexData::kRandom;
+  c.mode = Uniform(rng, 0, 3);
+  c.shape.tokens = RandomTokens(rng);
+  c.shape.hidden = RandomHidden(rng);
+  c.shape.experts = Uniform(rng, 1, 12);
+  c.shape.topk = Uniform(rng, 1, c.index == IndexData::kRouted ? std::min<int64_t>(c.shape.experts, 6) : 6);
+  c.shape.capacity = Uniform(rng, 1, 6);
+  c.x1 = Chance(rng, 50);
+  c.x2 = Chance(rng, 50);
+  c.scales = Chance(rng, 70);
+  c.bias = Chance(rng, 40);
+  c.expert_idx_without_bias = !c.bias && Chance(rng, 25);
+  if (c.shape.tokens == 0 && !c.scales) c.bias = c.expert_idx_without_bias = false;  // K unknowable: (0, K)
+  c.dtype = RandomDType(rng);
+  c.layout = RandomLayout(rng);
+  c.seed = rng();
+  CheckCase k;
+  k.problem = MakeFinalizeProblem(c);
+  k.description = Describe(*k.problem, c.index, c.layout, c.seed);
+  return k;
+}
+
+CheckCase RandomPermute(std::mt19937_64& rng) {
+  PermuteConfig c;
+  c.index = Chance(rng, 50) ? IndexData::kRouted : IndexData::kRandom;
+  c.drop_and_pad = Chance(rng, 50);
+  c.shape.tokens = RandomTokens(rng);
+  c.shape.hidden = RandomHidden(rng);
+  c.shape.experts = Uniform(rng, 1, 12);
+  c.shape.topk = Uniform(rng, 0, std::min<int64_t>(c.shape.experts, 6));  // dropless: K routed per row
+  c.shape.capacity = Uniform(rng, 0, std::min<int64_t>(c.shape.tokens, 6));  // numOutTokens <= T*E
+  c.probs = Chance(rng, 70);
+  c.permute_probs_without_probs = !c.probs && Chance(rng, 40);
+  c.map_dtype = Chance(rng, 50) ? DType::kInt8 : DType::kBool;
+  c.dtype = RandomDType(rng);
+  c.layout = RandomLayout(rng);
+  c.seed = rng();
+  CheckCase k;
+  k.problem = MakePermuteProblem(c);
+  k.description = Describe(*k.problem, c.index, c.layout, c.seed);
+  return k;
+}
+
+}  // namespace
+
+const std::vector<CheckOp>& CheckOps() {
+  static const std::vector<CheckOp> ops = {
+      {"MoeFinalizeRoutingV2Grad", "finalize-grad", RandomFinalizeGrad},
+      {"MoeTokenPermuteWithRoutingMapGrad", "permute-grad", RandomPermuteGrad},
+      {"MoeFinalizeRoutingV2", "finalize", RandomFinalize},
+      {"MoeTokenPermuteWithRoutingMap", "permute", RandomPermute},
+  };
+  return ops;
+}
+
+}  // namespace moegrad::tool

@@ -1,0 +1,27 @@
+// The subcommands of the `moegrad` command-line tool; main.cc parses the arguments into these options.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace moegrad::tool {
+
+struct BenchOptions {
+  std::string preset;       // a ModelPresets() name
+  int64_t tokens = 0;       // 0: the preset's default
+  std::string dtype = "all";
+  std::string op = "all";
+  std::string json;         // write the rows here when not empty
+};
+int RunBench(const BenchOptions& options);
+
+struct CheckOptions {
+  double seconds = 10.0;
+  uint64_t seed = 0;        // 0: from the clock (printed, so that a failure can be replayed)
+  std::string op = "all";
+};
+int RunCheck(const CheckOptions& options);
+
+int RunInfo();
+
+}  // namespace moegrad::tool

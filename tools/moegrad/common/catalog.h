@@ -1,0 +1,27 @@
+// The benchmark rows: one per operator and mode, each a recipe for a realistic problem of a given shape.
+// `moegrad bench`, the Google Benchmark suite and bench/compare_torch.py (through the JSON) share them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tools/moegrad/common/problem.h"
+
+namespace moegrad::tool {
+
+struct BenchRow {
+  const char* op;    // operator name, e.g. "MoeFinalizeRoutingV2Grad"
+  const char* key;   // short name for --op and benchmark names, e.g. "finalize-grad"
+  const char* mode;  // e.g. "dropless scales+bias"
+  std::function<std::unique_ptr<Problem>(const Shape& shape, DType dtype, uint64_t seed)> make;
+};
+
+const std::vector<BenchRow>& BenchRows();
+
+// True when `name` selects `row`: "all", the operator name or its key (case-insensitive).
+bool RowMatches(const BenchRow& row, const std::string& name);
+
+}  // namespace moegrad::tool

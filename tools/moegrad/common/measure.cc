@@ -1,0 +1,71 @@
+#include "tools/moegrad/common/measure.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <vector>
+
+namespace moegrad::tool {
+
+double MedianSeconds(const std::function<void()>& fn, int warmup, int min_runs, int max_runs,
+                     double budget_seconds) {
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> times;
+  double spent = 0.0;
+  while (static_cast<int>(times.size()) < max_runs &&
+         (static_cast<int>(times.size()) < min_runs || spent < budget_seconds)) {
+    const auto t0 = Clock::now();
+    fn();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    times.push_back(s);
+    spent += s;
+  }
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+}
+
+namespace {
+
+// Calls fn(begin, end) on `threads` threads over 64-byte aligned parts of [0, bytes).
+template <typename Fn>
+void ForEachPart(size_t bytes, int threads, const Fn& fn) {
+#pragma omp parallel num_threads(std::max(threads, 1))
+  {
+    const size_t parts = static_cast<size_t>(omp_get_num_threads());
+    const size_t i = static_cast<size_t>(omp_get_thread_num());
+    const size_t chunk = (bytes / parts) & ~size_t{63};
+    const size_t begin = i * chunk;
+    fn(begin, i + 1 == parts ? bytes : begin + chunk, i);
+  }
+}
+
+}  // namespace
+
+void ParallelCopy(void* dst, const void* src, size_t bytes, int threads) {
+  ForEachPart(bytes, threads, [&](size_t begin, size_t end, size_t) {
+    std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin, end - begin);
+  });
+}
+
+double CopyBandwidth(int threads, size_t bytes) {
+  struct Free {
+    void operator()(char* p) const { ::operator delete(p, std::align_val_t(64)); }
+  };
+  std::unique_ptr<char, Free> src(static_cast<char*>(::operator new(bytes, std::align_val_t(64))));
+  std::unique_ptr<char, Free> dst(static_cast<char*>(::operator new(bytes, std::align_val_t(64))));
+  // Touch every page from the thread that will copy it.
+  ForEachPart(bytes, threads, [&](size_t begin, size_t end, size_t i) {
+    std::memset(src.get() + begin, static_cast<int>(i + 1), end - begin);
+    std::memset(dst.get() + begin, 0, end - begin);
+  });
+  const double seconds = MedianSeconds([&] { ParallelCopy(dst.get(), src.get(), bytes, threads); }, 1, 5, 9, 0.3);
+  return 2.0 * static_cast<double>(bytes) / seconds;
+}
+
+}  // namespace moegrad::tool

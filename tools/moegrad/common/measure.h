@@ -1,0 +1,21 @@
+// Timing and the machine's copy bandwidth, the yardstick of `moegrad bench`'s "% of copy" column.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+namespace moegrad::tool {
+
+// Runs fn `warmup` times, then at least min_runs and at most max_runs times, stopping once about
+// budget_seconds have been spent; returns the median time of one run in seconds.
+double MedianSeconds(const std::function<void()>& fn, int warmup = 2, int min_runs = 5, int max_runs = 1000,
+                     double budget_seconds = 0.5);
+
+// memcpy of `bytes` split into `threads` contiguous parts, one per thread (OpenMP).
+void ParallelCopy(void* dst, const void* src, size_t bytes, int threads);
+
+// Bytes read plus bytes written per second by a parallel memcpy of a `bytes`-sized buffer (far larger than
+// the caches) over `threads` threads, each copying one contiguous part: the median of several runs.
+double CopyBandwidth(int threads, size_t bytes = size_t{256} << 20);
+
+}  // namespace moegrad::tool

@@ -1,0 +1,102 @@
+#include "tools/moegrad/common/problem.h"
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "src/core/float16.h"
+
+namespace moegrad::tool {
+
+HostTensor TensorMaker::Make(DType dtype, std::vector<int64_t> sizes, bool may_broadcast) {
+  Layout layout = Layout::kContiguous;
+  const uint64_t seed = rng_();
+  if (policy_ != LayoutPolicy::kContiguous) {
+    const int choices = policy_ == LayoutPolicy::kMixed ? 4 : 3;
+    int pick = static_cast<int>(rng_() % static_cast<uint64_t>(choices));
+    if (policy_ == LayoutPolicy::kMixed) --pick;  // -1: contiguous
+    if (pick == 2 && (!may_broadcast || rng_() % 3 != 0)) pick = 0;  // broadcast now and then
+    if (pick == 0) layout = Layout::kPadded;
+    if (pick == 1) layout = Layout::kTransposed;
+    if (pick == 2) layout = Layout::kBroadcast;
+  }
+  return HostTensor(dtype, std::move(sizes), layout, seed);
+}
+
+namespace {
+
+float AsFloat(uint32_t bits, DType dtype) {
+  if (dtype == DType::kFloat32) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  return dtype == DType::kFloat16 ? F32FromF16Bits(static_cast<uint16_t>(bits))
+                                  : F32FromBF16Bits(static_cast<uint16_t>(bits));
+}
+
+}  // namespace
+
+void Problem::PrepareExpected() {
+  for (OutputPair& o : outputs_) {
+    const TensorView& v = o.actual->view();
+    o.expected = HostTensor(v.dtype, std::vector<int64_t>(v.sizes, v.sizes + v.rank));
+    o.expected.FillBytes(0x5a);
+  }
+}
+
+uint64_t CountDistinct(const HostTensor& index, int64_t lo, int64_t hi) {
+  if (hi <= lo) return 0;
+  std::vector<bool> seen(static_cast<size_t>(hi - lo), false);
+  uint64_t n = 0;
+  for (int64_t i = 0; i < index.numel(); ++i) {
+    const int64_t v = index.GetI(i);
+    if (v < lo || v >= hi || seen[static_cast<size_t>(v - lo)]) continue;
+    seen[static_cast<size_t>(v - lo)] = true;
+    ++n;
+  }
+  return n;
+}
+
+bool CompareOutputs(const Problem& p, int64_t sample, std::string* message) {
+  for (const OutputPair& o : p.outputs()) {
+    if (!o.written) continue;
+    const int64_t n = o.actual->numel();
+    const bool is_float = o.actual->dtype() == DType::kFloat32 || o.actual->dtype() == DType::kFloat16 ||
+                          o.actual->dtype() == DType::kBFloat16;
+    const int64_t count = sample > 0 && sample + 2 < n ? sample + 2 : n;
+    for (int64_t s = 0; s < count; ++s) {
+      // Sampled: the first, the last, and `sample` elements at pseudo-random places.
+      const int64_t i = count == n ? s : s == 0 ? 0 : s == 1 ? n - 1 : static_cast<int64_t>(Mix64(s) % n);
+      if (!is_float) {
+        const int64_t a = o.actual->GetI(i), e = o.expected.GetI(i);
+        if (a == e) continue;
+        *message = Format("%s[%lld] = %lld, reference %lld", o.name.c_str(), static_cast<long long>(i),
+                          static_cast<long long>(a), static_cast<long long>(e));
+        return false;
+      }
+      const uint32_t a = o.actual->Bits(i), e = o.expected.Bits(i);
+      if (a == e) continue;
+      const float fa = AsFloat(a, o.actual->dtype()), fe = AsFloat(e, o.actual->dtype());
+      const float tol = o.tolerance ? o.tolerance(i) : 0.0f;
+      if (o.tolerance && std::fabs(fa - fe) <= tol) continue;
+      *message = Format("%s[%lld] = %.9g (bits 0x%x), reference %.9g (bits 0x%x)%s", o.name.c_str(),
+                        static_cast<long long>(i), fa, a, fe, e,
+                        o.tolerance ? Format(", tolerance %.3g", tol).c_str() : "");
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string Format(const char* fmt, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, args);
+  va_end(args);
+  return buf;
+}
+
+}  // namespace moegrad::tool

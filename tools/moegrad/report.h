@@ -1,0 +1,36 @@
+// `moegrad bench` results: the table on stdout and the --json file.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tools/moegrad/common/problem.h"
+
+namespace moegrad::tool {
+
+struct BenchResult {
+  std::string op, key, mode, dtype, shape;
+  uint64_t bytes = 0;            // minimum bytes read + written (Problem::MinBytes)
+  uint64_t workspace_bytes = 0;
+  double seconds = 0.0;          // median of plan + run
+  bool verified = false;
+  std::string error;             // why the call failed, when it did
+};
+
+struct BenchReport {
+  std::string preset;
+  Shape shape;
+  int threads = 0;
+  double copy_bytes_per_second = 0.0;
+  std::vector<BenchResult> rows;
+};
+
+void PrintBenchTable(const BenchReport& report, FILE* out);
+bool WriteBenchJson(const BenchReport& report, const std::string& path);
+
+// "12.3 us", "4.56 ms", "1.23 s".
+std::string FormatSeconds(double s);
+
+}  // namespace moegrad::tool
