@@ -395,7 +395,9 @@ class FinalizeCall {
 
 // A device workspace of `bytes` (at least 1 so a zero-size request still gives a pointer).
 struct Workspace {
-  explicit Workspace(uint64_t bytes) { EXPECT_EQ(aclrtMalloc(&ptr, bytes ? bytes : 1, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS); }
+  explicit Workspace(uint64_t bytes) {
+    EXPECT_EQ(aclrtMalloc(&ptr, bytes ? bytes : 1, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+  }
   ~Workspace() { aclrtFree(ptr); }
   void* ptr = nullptr;
 };

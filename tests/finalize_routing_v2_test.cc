@@ -293,10 +293,11 @@ TEST(FinalizeRoutingV2, ModesOptionalsAndHiddenSizes) {
 
 TEST(FinalizeRoutingV2, TopKWithoutScales) {
   for (int64_t mode : {0, 1, 2, 3}) {
-    for (int64_t K : {1, 2, 5, 9}) {
+    // Rows of more than 16 terms (x1, x2 and K pairs) are summed in several groups of terms.
+    for (int64_t K : {1, 2, 5, 9, 14, 15, 33}) {
       FinalizeTester().mode(mode).topk(K).scales(false).experts(3).capacity(7).hidden(40).seed(K).Test(DType::kFloat32);
-      FinalizeTester().mode(mode).topk(K).scales(true).bias(true).experts(3).capacity(7).hidden(24).seed(K + 9)
-          .Test(DType::kBFloat16);
+      FinalizeTester().mode(mode).topk(K).scales(true).bias(true).x1(K > 9).x2(K > 14).experts(3).capacity(7)
+          .hidden(24).seed(K + 9).Test(DType::kBFloat16);
     }
   }
 }
@@ -357,6 +358,8 @@ TEST(FinalizeRoutingV2, BitIdenticalAcrossSimdTargetsAndThreads) {
   }
   FinalizeTester().mode(2).tokens(90).topk(2).hidden(77).layout(Layout::kPadded, Layout::kTransposed)
       .all_targets(true).Test(DType::kBFloat16);
+  FinalizeTester().mode(1).tokens(40).topk(17).hidden(600).experts(6).capacity(120).x1(true).bias(true)
+      .all_targets(true).Test(DType::kFloat16);
 }
 
 }  // namespace

@@ -143,6 +143,7 @@ class PermuteGradTester {
               if (routed[static_cast<size_t>(r * E_ + e)] == pass) t.idx.SetI(e * C_ + c++, r);
             }
           }
+          for (; c < C_; ++c) t.idx.SetI(e * C_ + c, static_cast<int64_t>(rng() % T_));  // C > T: repeats
         }
       } else {
         std::uniform_int_distribution<int64_t> token(0, T_ - 1);

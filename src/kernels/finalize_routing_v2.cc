@@ -10,31 +10,68 @@
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
 
-// An output row is summed in fp32 tiles of this many columns, so that each term streams through its
-// row once per tile and the fold order per element never depends on the tile or vector width.
+// An output row is produced in tiles of kTile columns. Within a tile, up to kGroup terms are read side by side
+// (one vector of each per step, a handful of sequential streams the prefetcher follows); a row with more
+// terms carries its fp32 partial sums in `acc` from one group to the next. Neither size changes the order in
+// which an element's terms are added.
 constexpr int64_t kTile = 512;
+constexpr int kGroup = 16;
 
-// acc[j] = term[j] (first) or acc[j] + term[j], with term = (x + b) * s: x or b null means that part is
-// absent (not added as zero), and an unscaled term (x1, x2) is taken as it is.
+// (x + b) * s with an absent x or b left out (not added as zero); x1 and x2 are unscaled terms.
 template <typename T>
-HWY_INLINE void AddTerm(float* HWY_RESTRICT acc, bool first, const T* x, int64_t xs, const T* b, int64_t bs,
-                        bool scaled, float s, int64_t n, bool unit) {
+struct Term {
+  const T* x;
+  int64_t xs;
+  const T* b;
+  int64_t bs;
+  float s;
+  bool scaled;
+};
+
+template <typename T>
+HWY_INLINE VF TermVec(DF d, const Term<T>& t, int64_t j) {
+  VF v = (t.x && t.b) ? hn::Add(LoadF32(d, t.x + j), LoadF32(d, t.b + j)) : LoadF32(d, t.x ? t.x + j : t.b + j);
+  return t.scaled ? hn::Mul(v, hn::Set(d, t.s)) : v;
+}
+
+template <typename T>
+HWY_INLINE float TermAt(const Term<T>& t, int64_t j) {
+  float v = (t.x && t.b) ? ToF32(t.x[j * t.xs]) + ToF32(t.b[j * t.bs]) : ToF32(t.x ? t.x[j * t.xs] : t.b[j * t.bs]);
+  return t.scaled ? v * t.s : v;
+}
+
+// Columns [0, n) of one tile: acc-or-nothing (first) plus terms[0..count), stored to dst (last) or to acc.
+template <typename T>
+HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last, float* HWY_RESTRICT acc,
+                         T* dst, int64_t dst_stride, int64_t n, bool unit) {
   int64_t j = 0;
   if (unit) {
     const DF d;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-    const VF vs = hn::Set(d, s);
     for (; j + lanes <= n; j += lanes) {
-      VF v = (x && b) ? hn::Add(LoadF32(d, x + j), LoadF32(d, b + j)) : LoadF32(d, x ? x + j : b + j);
-      if (scaled) v = hn::Mul(v, vs);
-      if (!first) v = hn::Add(hn::LoadU(d, acc + j), v);
-      hn::StoreU(v, d, acc + j);
+      VF v;
+      int m = 0;
+      if (first) {
+        v = count > 0 ? TermVec(d, terms[m++], j) : hn::Zero(d);
+      } else {
+        v = hn::LoadU(d, acc + j);
+      }
+      for (; m < count; ++m) v = hn::Add(v, TermVec(d, terms[m], j));
+      if (last) StoreF32(d, v, dst + j);
+      else hn::StoreU(v, d, acc + j);
     }
   }
   for (; j < n; ++j) {
-    float v = (x && b) ? ToF32(x[j * xs]) + ToF32(b[j * bs]) : ToF32(x ? x[j * xs] : b[j * bs]);
-    if (scaled) v = v * s;
-    acc[j] = first ? v : acc[j] + v;
+    float v;
+    int m = 0;
+    if (first) {
+      v = count > 0 ? TermAt(terms[m++], j) : 0.0f;
+    } else {
+      v = acc[j];
+    }
+    for (; m < count; ++m) v = v + TermAt(terms[m], j);
+    if (last) dst[j * dst_stride] = FromF32<T>(v);
+    else acc[j] = v;
   }
 }
 
@@ -49,50 +86,53 @@ void FinalizeTyped(const FinalizeProblem& p) {
   const bool has_bias = p.bias.data != nullptr;
   const bool unit = p.out.col_stride == 1 && p.expanded_x.col_stride == 1 && (!has_x1 || p.x1.col_stride == 1) &&
                     (!has_x2 || p.x2.col_stride == 1) && (!has_bias || p.bias.col_stride == 1);
+  // Term c of a row: x1 (if given), x2 (if given), then pair k = c - (number of residuals).
+  const int64_t residuals = (has_x1 ? 1 : 0) + (has_x2 ? 1 : 0);
+  const int64_t cursor_end = residuals + K;
   // A task should move a few hundred KB: up to K + 2 source rows and one destination row.
   const int64_t row_bytes = std::max<int64_t>(1, (K + 3) * H * static_cast<int64_t>(sizeof(T)));
   const int64_t grain = std::max<int64_t>(1, (256 << 10) / row_bytes);
 
   internal::ParallelFor(0, R, grain, [&](int64_t begin, int64_t end) {
     HWY_ALIGN float acc[kTile];
+    Term<T> terms[kGroup];
     for (int64_t r = begin; r < end; ++r) {
       T* dst = p.out.Row<T>(r);
       for (int64_t j0 = 0; j0 < H; j0 += kTile) {
         const int64_t n = std::min<int64_t>(kTile, H - j0);
+        // Collects the next group of non-empty terms, with pointers at column j0.
+        int64_t cursor = 0;
+        auto collect = [&]() {
+          int count = 0;
+          for (; cursor < cursor_end && count < kGroup; ++cursor) {
+            Term<T>& t = terms[count];
+            if (cursor < residuals) {
+              const RowView& src = (cursor == 0 && has_x1) ? p.x1 : p.x2;
+              t = {src.Row<const T>(r) + j0 * src.col_stride, src.col_stride, nullptr, 0, 1.0f, false};
+              ++count;
+              continue;
+            }
+            const int64_t k = cursor - residuals;
+            const int64_t v = p.row_idx.At<const int32_t>(p.expert_major ? k * R + r : r * K + k);
+            const T* x = v >= 0 ? p.expanded_x.Row<const T>(v) + j0 * p.expanded_x.col_stride : nullptr;
+            const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(r * K + k)) +
+                                        j0 * p.bias.col_stride
+                                  : nullptr;
+            if (x == nullptr && b == nullptr) continue;  // a dropped pair without bias adds nothing
+            const float s = has_scales ? ToF32(p.scales.At<const T>(r * K + k)) : 1.0f;
+            t = {x, p.expanded_x.col_stride, b, p.bias.col_stride, s, true};
+            ++count;
+          }
+          return count;
+        };
         bool first = true;
-        if (has_x1) {
-          AddTerm<T>(acc, first, p.x1.Row<const T>(r) + j0 * p.x1.col_stride, p.x1.col_stride, nullptr, 0, false,
-                     1.0f, n, unit);
+        for (;;) {
+          const int count = collect();
+          const bool last = cursor >= cursor_end;
+          AddGroup<T>(terms, count, first, last, acc, dst + j0 * p.out.col_stride, p.out.col_stride, n, unit);
+          if (last) break;
           first = false;
         }
-        if (has_x2) {
-          AddTerm<T>(acc, first, p.x2.Row<const T>(r) + j0 * p.x2.col_stride, p.x2.col_stride, nullptr, 0, false,
-                     1.0f, n, unit);
-          first = false;
-        }
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t pos = p.expert_major ? k * R + r : r * K + k;
-          const int64_t v = p.row_idx.At<const int32_t>(pos);
-          const T* x = v >= 0 ? p.expanded_x.Row<const T>(v) + j0 * p.expanded_x.col_stride : nullptr;
-          const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(r * K + k)) +
-                                      j0 * p.bias.col_stride
-                                : nullptr;
-          if (x == nullptr && b == nullptr) continue;  // a dropped pair without bias adds nothing
-          const float s = has_scales ? ToF32(p.scales.At<const T>(r * K + k)) : 1.0f;
-          AddTerm<T>(acc, first, x, p.expanded_x.col_stride, b, p.bias.col_stride, true, s, n, unit);
-          first = false;
-        }
-        if (first) {
-          for (int64_t j = 0; j < n; ++j) acc[j] = 0.0f;
-        }
-        T* d0 = dst + j0 * p.out.col_stride;
-        int64_t j = 0;
-        if (unit) {
-          const DF d;
-          const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-          for (; j + lanes <= n; j += lanes) StoreF32(d, hn::LoadU(d, acc + j), d0 + j);
-        }
-        for (; j < n; ++j) d0[j * p.out.col_stride] = FromF32<T>(acc[j]);
       }
     }
   });

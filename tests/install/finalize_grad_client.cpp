@@ -114,7 +114,10 @@ int RunCase(const Case& c, aclrtStream stream, bool* passed) {
   const int64_t rows = RowsOf(c);
   std::vector<int64_t> gradYShape = {R, H};
   std::vector<int64_t> rowIdxShape = {R * K};
-  std::vector<int64_t> expandedXShape = c.dropPadMode == 1 ? std::vector<int64_t>{E, C, H} : std::vector<int64_t>{rows, H};
+  std::vector<int64_t> expandedXShape = {rows, H};
+  if (c.dropPadMode == 1) {
+    expandedXShape = {E, C, H};
+  }
   std::vector<int64_t> scalesShape = {R, K};
   std::vector<int64_t> biasShape = {E, H};
 

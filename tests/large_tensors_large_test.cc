@@ -1,0 +1,239 @@
+// Tensors past 2^31 elements (320000 x 7168 BFLOAT16, 4.6 GB each) through both gradient operators: element
+// offsets must be 64-bit everywhere. Each case holds at most two such tensors (about 9.2 GB) and frees them
+// before the next; broadcast (stride-0) inputs stand in for a third. Values are checked on sampled rows, on
+// the rows around element 2^31 and on the last rows, against the formulas evaluated here directly.
+// Label "large": not part of the default test run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
+#include "moegrad/ops.hpp"
+#include "src/core/float16.h"
+
+namespace moegrad {
+namespace {
+
+constexpr int64_t kRows = 320000, kH = 7168;  // kRows * kH = 2293760000 > 2^31
+static_assert(kRows * kH > (int64_t{1} << 31), "the point of this file");
+
+// Zero-filled BFLOAT16 storage straight from the kernel (calloc of this size maps fresh zero pages, so an
+// output row the operator fails to write reads as zero rather than as leftovers).
+struct Bf16Buffer {
+  explicit Bf16Buffer(int64_t n) : data(static_cast<uint16_t*>(std::calloc(static_cast<size_t>(n), 2))) {}
+  ~Bf16Buffer() { std::free(data); }
+  uint16_t* data;
+};
+
+// A pseudo-random normal BFLOAT16 value of magnitude in [0.5, 32), either sign, from its flat index.
+inline uint16_t Pattern(uint64_t i, uint64_t salt) {
+  uint64_t h = (i + salt) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  const uint16_t sign = static_cast<uint16_t>((h >> 40) & 1u) << 15;
+  const uint16_t exp = static_cast<uint16_t>(126 + (h >> 41) % 6);
+  return static_cast<uint16_t>(sign | (exp << 7) | (h & 0x7f));
+}
+
+void FillPattern(uint16_t* p, int64_t n, uint64_t salt) {
+  const int parts = 2;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < parts; ++w) {
+    threads.emplace_back([=] {
+      for (int64_t i = n * w / parts; i < n * (w + 1) / parts; ++i) p[i] = Pattern(static_cast<uint64_t>(i), salt);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+float Bf(uint16_t bits) { return F32FromBF16Bits(bits); }
+
+// Rows to check: a random sample, the rows around flat element 2^31 and the last rows.
+std::vector<int64_t> SampleRows(int64_t rows, int64_t h) {
+  std::vector<int64_t> out;
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 300; ++i) out.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(rows)));
+  const int64_t boundary = (int64_t{1} << 31) / h;
+  for (int64_t r = boundary - 2; r <= boundary + 2; ++r) out.push_back(r);
+  for (int64_t r = rows - 3; r < rows; ++r) out.push_back(r);
+  out.push_back(0);
+  return out;
+}
+
+TensorView Bf16View(void* data, int64_t rows, int64_t row_stride) {
+  return TensorView(data, DType::kBFloat16, {rows, kH}, {row_stride, 1});
+}
+
+// Mode 0, K = 1, with scales: gradY and gradExpandedX real, expandedX one broadcast row.
+TEST(LargeTensors, FinalizeGradDroplessWithScales) {
+  auto grad_y = std::make_unique<Bf16Buffer>(kRows * kH);
+  auto grad_x = std::make_unique<Bf16Buffer>(kRows * kH);
+  ASSERT_TRUE(grad_y->data && grad_x->data) << "needs about 9.2 GB of memory";
+  FillPattern(grad_y->data, kRows * kH, 1);
+  std::vector<uint16_t> x_row(kH), scales(kRows), grad_scales(kRows, 0xffff);
+  std::vector<int32_t> idx(kRows);
+  for (int64_t j = 0; j < kH; ++j) x_row[j] = Pattern(j, 2);
+  for (int64_t i = 0; i < kRows; ++i) {
+    scales[i] = Pattern(i, 3);
+    idx[i] = static_cast<int32_t>(kRows - 1 - i);  // reversed: the first pair writes the last row
+  }
+  FinalizeRoutingV2GradArgs a;
+  a.grad_y = Bf16View(grad_y->data, kRows, kH);
+  a.expanded_row_idx = TensorView(idx.data(), DType::kInt32, {kRows});
+  a.expanded_x = Bf16View(x_row.data(), kRows, 0);
+  a.scales = TensorView(scales.data(), DType::kBFloat16, {kRows, 1});
+  a.grad_expanded_x = Bf16View(grad_x->data, kRows, kH);
+  a.grad_scales = TensorView(grad_scales.data(), DType::kBFloat16, {kRows, 1});
+  const Status s = FinalizeRoutingV2Grad(a);
+  ASSERT_TRUE(s.ok()) << s.message();
+
+  for (int64_t v : SampleRows(kRows, kH)) {
+    const int64_t i = kRows - 1 - v;
+    const float sc = Bf(scales[i]);
+    double dot = 0.0, mag = 0.0;
+    for (int64_t j = 0; j < kH; ++j) {
+      const float g = Bf(grad_y->data[i * kH + j]);
+      ASSERT_EQ(grad_x->data[v * kH + j], BF16BitsFromF32(g * sc)) << "gradExpandedX[" << v << "][" << j << "]";
+      dot += static_cast<double>(Bf(x_row[j])) * g;
+      mag += std::fabs(static_cast<double>(Bf(x_row[j])) * g);
+    }
+    // A dot product: fp32 summation error, plus one bf16 rounding.
+    const double got = Bf(grad_scales[i]);
+    EXPECT_NEAR(got, dot, std::fabs(dot) / 128 + mag * kH * 0x1p-24) << "gradScales[" << i << "]";
+  }
+}
+
+// Mode 1 (E, C, H) output past 2^31 elements, every 97th pair dropped: its row must be zero. gradY is one
+// broadcast row, so only the output is large.
+TEST(LargeTensors, FinalizeGradDropPadThreeDimensional) {
+  const int64_t E = 64, C = kRows / E;
+  auto grad_x = std::make_unique<Bf16Buffer>(E * C * kH);
+  ASSERT_TRUE(grad_x->data) << "needs about 4.6 GB of memory";
+  FillPattern(grad_x->data, E * C * kH, 4);  // stale values: every row must be overwritten
+  std::vector<uint16_t> gy_row(kH), scales(kRows);
+  std::vector<int32_t> idx(kRows);
+  for (int64_t j = 0; j < kH; ++j) gy_row[j] = Pattern(j, 5);
+  for (int64_t i = 0; i < kRows; ++i) {
+    scales[i] = Pattern(i, 6);
+    idx[i] = i % 97 == 0 ? -1 : static_cast<int32_t>((i * 7919) % kRows);
+  }
+  FinalizeRoutingV2GradArgs a;
+  a.grad_y = Bf16View(gy_row.data(), kRows, 0);
+  a.expanded_row_idx = TensorView(idx.data(), DType::kInt32, {kRows});
+  a.drop_pad_mode = 1;
+  a.expert_num = E;
+  a.expert_capacity = C;
+  a.grad_expanded_x = TensorView(grad_x->data, DType::kBFloat16, {E, C, kH});
+  // No scales: gradExpandedX[v] = gradY[i] exactly. With scales the product is checked above.
+  const Status s = FinalizeRoutingV2Grad(a);
+  ASSERT_TRUE(s.ok()) << s.message();
+  std::vector<int64_t> writer(kRows, -1);
+  for (int64_t i = 0; i < kRows; ++i) {
+    if (idx[i] >= 0) writer[idx[i]] = i;
+  }
+  std::vector<int64_t> rows = SampleRows(kRows, kH);
+  for (int64_t i = 0; i < 2000; i += 97) rows.push_back((i * 7919) % kRows);  // dropped pairs' rows
+  for (int64_t v : rows) {
+    for (int64_t j = 0; j < kH; ++j) {
+      const uint16_t want = writer[v] < 0 ? 0 : gy_row[j];
+      ASSERT_EQ(grad_x->data[v * kH + j], want) << "gradExpandedX row " << v << " (" << v / C << ", " << v % C
+                                                << ") column " << j;
+    }
+  }
+}
+
+struct AclTensorDeleter {
+  void operator()(aclTensor* t) const { aclDestroyTensor(t); }
+};
+using AclTensorPtr = std::unique_ptr<aclTensor, AclTensorDeleter>;
+
+AclTensorPtr MakeAcl(std::vector<int64_t> dims, std::vector<int64_t> strides, aclDataType dt, int64_t storage,
+                     void* data) {
+  return AclTensorPtr(aclCreateTensor(dims.data(), dims.size(), dt, strides.data(), 0, ACL_FORMAT_ND, &storage, 1,
+                                      data));
+}
+
+// Dropless, K = 1, with probs, through aclnn: tokensGrad[t] = grad[sortedIndices[t]].
+TEST(LargeTensors, PermuteGradDroplessThroughAclnn) {
+  const int64_t T = kRows, E = 8, N = T;
+  auto grad = std::make_unique<Bf16Buffer>(N * kH);
+  auto tokens_grad = std::make_unique<Bf16Buffer>(T * kH);
+  ASSERT_TRUE(grad->data && tokens_grad->data) << "needs about 9.2 GB of memory";
+  FillPattern(grad->data, N * kH, 7);
+  std::vector<int32_t> sorted(N);
+  std::vector<int8_t> map(T * E, 0);
+  std::vector<uint16_t> probs_in(N), probs_grad(T * E, 0xffff);
+  for (int64_t t = 0; t < T; ++t) {
+    sorted[t] = static_cast<int32_t>((t * 7919) % N);
+    map[t * E + t % E] = 1;
+  }
+  for (int64_t p = 0; p < N; ++p) probs_in[p] = Pattern(p, 8);
+  auto g = MakeAcl({N, kH}, {kH, 1}, ACL_BF16, N * kH, grad->data);
+  auto pin = MakeAcl({N}, {1}, ACL_BF16, N, probs_in.data());
+  auto si = MakeAcl({N}, {1}, ACL_INT32, N, sorted.data());
+  auto rm = MakeAcl({T, E}, {E, 1}, ACL_INT8, T * E, map.data());
+  auto tg = MakeAcl({T, kH}, {kH, 1}, ACL_BF16, T * kH, tokens_grad->data);
+  auto pg = MakeAcl({T, E}, {E, 1}, ACL_BF16, T * E, probs_grad.data());
+  ASSERT_TRUE(g && pin && si && rm && tg && pg) << aclGetRecentErrMsg();
+  uint64_t ws_size = 0;
+  aclOpExecutor* executor = nullptr;
+  ASSERT_EQ(aclnnMoeTokenPermuteWithRoutingMapGradGetWorkspaceSize(g.get(), pin.get(), si.get(), rm.get(), E, T,
+                                                                   false, tg.get(), pg.get(), &ws_size, &executor),
+            ACLNN_SUCCESS)
+      << aclGetRecentErrMsg();
+  void* ws = nullptr;
+  if (ws_size > 0) ASSERT_EQ(aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+  ASSERT_EQ(aclnnMoeTokenPermuteWithRoutingMapGrad(ws, ws_size, executor, nullptr), ACLNN_SUCCESS)
+      << aclGetRecentErrMsg();
+  if (ws != nullptr) aclrtFree(ws);
+
+  for (int64_t t : SampleRows(T, kH)) {
+    for (int64_t j = 0; j < kH; ++j) {
+      ASSERT_EQ(tokens_grad->data[t * kH + j], grad->data[sorted[t] * kH + j]) << "tokensGrad[" << t << "][" << j << "]";
+    }
+  }
+  // probsGrad, all of it: expert e's routed tokens are t = e, e + E, ... in expert-major order.
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t e = 0; e < E; ++e) {
+      const uint16_t want = e == t % E ? probs_in[e * (T / E) + t / E] : 0;
+      ASSERT_EQ(probs_grad[t * E + e], want) << "probsGrad[" << t << "][" << e << "]";
+    }
+  }
+}
+
+// Drop-and-pad with E = 2 and C = T: each token gathers rows t and T + t of a broadcast gradient, so
+// tokensGrad[t] = rne(g + g) = 2g exactly; only the output is large.
+TEST(LargeTensors, PermuteGradDropAndPadBroadcastInput) {
+  const int64_t T = kRows, E = 2, C = T, N = E * C;
+  auto tokens_grad = std::make_unique<Bf16Buffer>(T * kH);
+  ASSERT_TRUE(tokens_grad->data) << "needs about 4.6 GB of memory";
+  FillPattern(tokens_grad->data, T * kH, 9);  // stale values: every row must be overwritten
+  std::vector<uint16_t> g_row(kH);
+  std::vector<int32_t> sorted(N);
+  for (int64_t j = 0; j < kH; ++j) g_row[j] = Pattern(j, 10);
+  for (int64_t p = 0; p < N; ++p) sorted[p] = static_cast<int32_t>(p % T);
+  TokenPermuteWithRoutingMapGradArgs a;
+  a.permuted_token_output_grad = Bf16View(g_row.data(), N, 0);
+  a.sorted_indices = TensorView(sorted.data(), DType::kInt32, {N});
+  a.num_experts = E;
+  a.tokens_num = T;
+  a.drop_and_pad = true;
+  a.tokens_grad = Bf16View(tokens_grad->data, T, kH);
+  const Status s = TokenPermuteWithRoutingMapGrad(a);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (int64_t t : SampleRows(T, kH)) {
+    for (int64_t j = 0; j < kH; ++j) {
+      ASSERT_EQ(tokens_grad->data[t * kH + j], BF16BitsFromF32(Bf(g_row[j]) + Bf(g_row[j])))
+          << "tokensGrad[" << t << "][" << j << "]";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moegrad
