@@ -61,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             format >= -1 && format <= 2 && offset >= 0;
   if (ok) {
     const i128 esize = static_cast<i128>(moegrad::ElementSize(static_cast<moegrad::DType>(dtype)));
-    i128 numel = 1, contiguous = 1, last = offset, storage_elems = 1;
+    i128 contiguous = 1, last = offset, storage_elems = 1;
     bool empty = false;
     std::vector<int64_t> st(rank);
     for (int d = static_cast<int>(rank) - 1; d >= 0; --d) {
@@ -70,7 +70,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       contiguous *= dims[d] > 0 ? dims[d] : 1;
       ok = ok && contiguous <= kMax;
       if (!ok) break;
-      numel *= dims[d];
       empty = empty || dims[d] == 0;
     }
     for (uint64_t d = 0; ok && d < storage_rank; ++d) {

@@ -325,7 +325,7 @@ inline TensorPtr CopyOf(const Tensor& t, const std::vector<uint8_t>& bytes) {
   c->storage_elems = t.storage_elems;
   c->alloc = std::shared_ptr<uint8_t[]>(new uint8_t[bytes.size() + 1]);
   c->base = c->alloc.get();
-  std::memcpy(c->base, bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(c->base, bytes.data(), bytes.size());
   return c;
 }
 

@@ -295,7 +295,9 @@ TEST(FinalizeRoutingV2Grad, EmptyTensors) {
 
 // A random configuration: small sizes, every mode, optional argument, layout, dtype and API.
 FinalizeGradTester RandomTester(std::mt19937_64& rng, uint64_t seed, DType* dtype) {
-  auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)); };
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  };
   const bool scales = pick(0, 3) != 0;
   const int64_t R = pick(0, 4) == 0 ? pick(0, 2) : pick(1, 12);
   const int64_t K = scales ? pick(0, 5) : pick(0, 4);

@@ -188,7 +188,9 @@ TEST(LargeTensors, PermuteGradDroplessThroughAclnn) {
             ACLNN_SUCCESS)
       << aclGetRecentErrMsg();
   void* ws = nullptr;
-  if (ws_size > 0) ASSERT_EQ(aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+  if (ws_size > 0) {
+    ASSERT_EQ(aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+  }
   ASSERT_EQ(aclnnMoeTokenPermuteWithRoutingMapGrad(ws, ws_size, executor, nullptr), ACLNN_SUCCESS)
       << aclGetRecentErrMsg();
   if (ws != nullptr) aclrtFree(ws);

@@ -10,6 +10,11 @@
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
 
+// Outputs at least this large are written with streaming stores: they cannot stay in the caches anyway.
+constexpr int64_t kStreamMinBytes = int64_t{8} << 20;
+// A thread should move at least this much.
+constexpr int64_t kBytesPerThread = int64_t{256} << 10;
+
 template <typename T>
 void FinalizeGradTyped(const FinalizeGradProblem& p) {
   const int64_t H = p.hidden;
@@ -51,7 +56,74 @@ void FinalizeGradTyped(const FinalizeGradProblem& p) {
   });
 }
 
+// Every row of gradExpandedX has at most one writer: one pass, token by token. gradY[r] is read once for its
+// K pairs (it stays in L1/L2 meanwhile) and each pair's expandedX row once, for both its gradExpandedX row and
+// its gradScales dot; rows nobody writes are zeroed by the same threads. Same arithmetic as the CSR path.
+template <typename T>
+void FinalizeGradOneWriterTyped(const FinalizeGradProblem& p) {
+  const int64_t H = p.hidden;
+  const int64_t K = p.topk;
+  const bool has_scales = p.scales.data != nullptr;
+  const bool has_bias = p.bias.data != nullptr;
+  const bool unit = p.grad_y.col_stride == 1 && p.grad_expanded_x.col_stride == 1 &&
+                    (!has_scales || p.expanded_x.col_stride == 1) && (!has_bias || p.bias.col_stride == 1);
+  const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
+  const bool stream = unit && p.rows * row_bytes >= kStreamMinBytes;
+  // Half rows moved in all: the token costs plus one row written per zero row.
+  const int64_t moved = (p.token_cost[p.tokens] / 2 + p.zero_rows) * std::max<int64_t>(row_bytes, 1);
+  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+    int64_t r_begin, r_end;
+    internal::BalanceByCost(p.tokens, parts, part, [&](int64_t r) { return p.token_cost[r]; }, &r_begin, &r_end);
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      const T* g = p.grad_y.Row<const T>(r);
+      for (int64_t i = r * K; i < (r + 1) * K; ++i) {
+        const int64_t v = p.row_idx.At<const int32_t>(i);
+        const bool written = v >= 0 && v < p.rows;
+        T* out = written ? p.grad_expanded_x.Row<T>(v) : nullptr;
+        if (!has_scales) {
+          if (!written) continue;
+          if (unit) ScaleRowDot<T>(g, 1.0f, out, stream, nullptr, nullptr, H);
+          else ScaleRow(g, p.grad_y.col_stride, 1.0f, out, p.grad_expanded_x.col_stride, H);
+          continue;
+        }
+        const float s = ToF32(p.scales.At<const T>(i));
+        const T* x = written ? p.expanded_x.Row<const T>(v) : nullptr;
+        const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
+        float dot;
+        if (unit) {
+          dot = ScaleRowDot<T>(g, s, out, stream, x, b, H);
+        } else {
+          if (written) ScaleRow(g, p.grad_y.col_stride, s, out, p.grad_expanded_x.col_stride, H);
+          dot = DotRow(x, p.expanded_x.col_stride, b, p.bias.col_stride, g, p.grad_y.col_stride, H);
+        }
+        p.grad_scales.At<T>(i) = FromF32<T>(dot);
+      }
+    }
+    // This part's share of the rows no pair writes: those of rank [z_begin, z_end) among them.
+    if (p.zero_rows > 0) {
+      int64_t z_begin, z_end;
+      internal::Balance211(p.zero_rows, parts, part, &z_begin, &z_end);
+      for (int64_t v = 0, rank = 0; v < p.rows && rank < z_end; ++v) {
+        if (p.writer[v] >= 0) continue;
+        if (rank++ < z_begin) continue;
+        T* dst = p.grad_expanded_x.Row<T>(v);
+        if (unit) ZeroRowUnit(dst, H, stream);
+        else ZeroRow(dst, p.grad_expanded_x.col_stride, H);
+      }
+    }
+    if (stream) hwy::FlushStream();
+  });
+}
+
 void FinalizeGrad(const FinalizeGradProblem& p) {
+  if (p.one_writer) {
+    switch (p.dtype) {
+      case DType::kFloat32: return FinalizeGradOneWriterTyped<float>(p);
+      case DType::kFloat16: return FinalizeGradOneWriterTyped<hwy::float16_t>(p);
+      case DType::kBFloat16: return FinalizeGradOneWriterTyped<hwy::bfloat16_t>(p);
+      default: return;
+    }
+  }
   switch (p.dtype) {
     case DType::kFloat32: return FinalizeGradTyped<float>(p);
     case DType::kFloat16: return FinalizeGradTyped<hwy::float16_t>(p);

@@ -26,6 +26,14 @@ struct FinalizeGradProblem {
   // pairs[offsets[v] .. offsets[v + 1]), ascending.
   const int64_t* offsets = nullptr;
   const int64_t* pairs = nullptr;
+
+  // Set instead of offsets/pairs when no row of gradExpandedX is written by more than one pair (always so for
+  // the indices a forward pass produces): writer[v] is the pair writing row v, or -1 for the zero_rows rows
+  // no pair writes; token_cost[r] is the cost (in half rows moved) of tokens [0, r), for the thread split.
+  bool one_writer = false;
+  const int64_t* writer = nullptr;
+  const int64_t* token_cost = nullptr;
+  int64_t zero_rows = 0;
 };
 
 // Writes every row of gradExpandedX and, with scales, every gradScales entry.

@@ -63,8 +63,9 @@ HWY_INLINE VF LoadF32(DF d, const hwy::float16_t* p) {
 }
 
 HWY_INLINE void StoreF32(DF d, VF v, float* p) { hn::StoreU(v, d, p); }
-HWY_INLINE void StoreF32(DF /*d*/, VF v, hwy::bfloat16_t* p) {
-  // Highway 1.0.3 demotes f32 to bf16 by truncation; round to nearest even by hand, keeping NaNs quiet.
+// The bf16 bit patterns of v, rounded to nearest even. (Highway 1.0.3 demotes f32 to bf16 by truncation;
+// round by hand, keeping NaNs quiet.)
+HWY_INLINE hn::Vec<hn::Rebind<uint16_t, DF>> BF16BitsRNE(VF v) {
   const hn::RebindToUnsigned<DF> du;
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<uint16_t, DF> du16;
@@ -75,10 +76,20 @@ HWY_INLINE void StoreF32(DF /*d*/, VF v, hwy::bfloat16_t* p) {
   const auto is_nan = hn::RebindMask(du, hn::Gt(magnitude, hn::Set(di, 0x7f800000)));
   const auto bits = hn::IfThenElse(is_nan, hn::Or(u, hn::Set(du, 0x00400000u)), rounded);
   const auto high = hn::BitCast(di, hn::ShiftRight<16>(bits));  // in [0, 65535]: the demotion is exact
-  hn::StoreU(hn::DemoteTo(du16, high), du16, reinterpret_cast<uint16_t*>(p));
+  return hn::DemoteTo(du16, high);
 }
-HWY_INLINE void StoreF32(DF d, VF v, hwy::float16_t* p) {
+HWY_INLINE void StoreF32(DF /*d*/, VF v, hwy::bfloat16_t* p) {
+  const hn::Rebind<uint16_t, DF> du16;
+  hn::StoreU(BF16BitsRNE(v), du16, reinterpret_cast<uint16_t*>(p));
+}
+#undef MOEGRAD_ROW_OPS_F16C  // per target
 #if HWY_ARCH_X86 && HWY_TARGET < HWY_SSE4 && !defined(HWY_DISABLE_F16C)
+#define MOEGRAD_ROW_OPS_F16C 1
+#else
+#define MOEGRAD_ROW_OPS_F16C 0
+#endif
+HWY_INLINE void StoreF32(DF d, VF v, hwy::float16_t* p) {
+#if MOEGRAD_ROW_OPS_F16C
   // AVX2 and up convert with F16C (vcvtps2ph), which rounds to nearest even.
   (void)d;
   const hn::Rebind<hwy::float16_t, DF> dh;
@@ -90,6 +101,48 @@ HWY_INLINE void StoreF32(DF d, VF v, hwy::float16_t* p) {
   hn::Store(v, d, lanes);
   for (size_t i = 0; i < hn::Lanes(d); ++i) p[i].bits = F16BitsFromF32(lanes[i]);
 #endif
+}
+
+// --- streaming (non-temporal) stores ----------------------------------------------------------------------
+// For outputs far larger than the caches: the line is written without being read first, which saves a third
+// of the memory traffic of a row copy. Only where a stored vector fills at least a 16-byte register (Stream
+// widens smaller vectors) and, for f16, the conversion is a vector instruction.
+template <typename T>
+constexpr bool CanStream() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSSE3
+  return hn::MaxLanes(DF()) * sizeof(T) >= 16 && (!hwy::IsSame<T, hwy::float16_t>() || MOEGRAD_ROW_OPS_F16C);
+#else
+  return false;
+#endif
+}
+
+// True when vector stores of T at dst (and at every whole vector after it) may stream.
+template <typename T>
+HWY_INLINE bool StreamAligned(const T* dst) {
+  constexpr size_t kBytes = hn::MaxLanes(DF()) * sizeof(T);
+  return CanStream<T>() && reinterpret_cast<uintptr_t>(dst) % kBytes == 0;
+}
+
+// StoreF32 with a non-temporal store; p aligned to the stored vector, CanStream<T>().
+HWY_INLINE void StreamF32(DF d, VF v, float* p) { hn::Stream(v, d, p); }
+HWY_INLINE void StreamF32(DF /*d*/, VF v, hwy::bfloat16_t* p) {
+  const hn::Rebind<uint16_t, DF> du16;
+  hn::Stream(BF16BitsRNE(v), du16, reinterpret_cast<uint16_t*>(p));
+}
+HWY_INLINE void StreamF32(DF d, VF v, hwy::float16_t* p) {
+#if MOEGRAD_ROW_OPS_F16C
+  (void)d;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  hn::Stream(hn::DemoteTo(dh, v), dh, p);
+#else
+  StoreF32(d, v, p);
+#endif
+}
+
+template <bool kStream, typename T>
+HWY_INLINE void PutF32(DF d, VF v, T* p) {
+  if (kStream) StreamF32(d, v, p);
+  else StoreF32(d, v, p);
 }
 
 // --- rows -----------------------------------------------------------------------------------------------
@@ -194,6 +247,130 @@ HWY_INLINE float DotRow(const T* x, int64_t x_stride, const T* b, int64_t b_stri
     for (int l = 0; l < w; ++l) part[l] += part[l + w];
   }
   return part[0];
+}
+
+// --- one-pass row kernels for unit-stride rows (bit-identical to the primitives above) --------------------
+
+// ZeroRow for a unit-stride row, with streaming stores when `stream`.
+template <typename T>
+HWY_INLINE void ZeroRowUnit(T* dst, int64_t n, bool stream) {
+  constexpr int64_t kBytes = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(float));
+  char* p = reinterpret_cast<char*>(dst);
+  int64_t bytes = n * static_cast<int64_t>(sizeof(T));
+  if (CanStream<float>() && stream && bytes >= 4 * kBytes) {
+    const int64_t head = (kBytes - static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % kBytes)) % kBytes;
+    std::memset(p, 0, static_cast<size_t>(head));
+    p += head;
+    bytes -= head;
+    const DF d;
+    const VF zero = hn::Zero(d);
+    for (; bytes >= kBytes; bytes -= kBytes, p += kBytes) hn::Stream(zero, d, reinterpret_cast<float*>(p));
+  }
+  std::memset(p, 0, static_cast<size_t>(bytes));
+}
+
+// out[j] = rne(g[j] * s) exactly as ScaleRow, and returns DotRow(x, 1, b, 1, g, 1, n): both from one read of g.
+// x and b may be null as in DotRow (kX, kB say which are not); stores stream when kStream (out aligned).
+template <typename T, bool kStream, bool kX, bool kB>
+HWY_NOINLINE float ScaleRowDotUnit(const T* HWY_RESTRICT g, float s, T* HWY_RESTRICT out, const T* HWY_RESTRICT x,
+                                   const T* HWY_RESTRICT b, int64_t n) {
+  constexpr bool kDot = kX || kB;
+  constexpr int kParts = 16;
+  constexpr size_t kLanes = hn::MaxLanes(DF());
+  constexpr size_t kVecs = kParts / kLanes;
+  constexpr int64_t kL = static_cast<int64_t>(kLanes);
+  const DF d;
+  const VF vs = hn::Set(d, s);
+  VF acc[kVecs];
+  for (size_t q = 0; q < kVecs; ++q) acc[q] = hn::Zero(d);
+  const int64_t blocked = n / kParts * kParts;
+  int64_t j = 0;
+  for (; j < blocked; j += kParts) {
+    for (size_t q = 0; q < kVecs; ++q) {
+      const int64_t o = j + static_cast<int64_t>(q * kLanes);
+      const VF vg = LoadF32(d, g + o);
+      PutF32<kStream>(d, hn::Mul(vg, vs), out + o);
+      if (kDot) {
+        VF v;
+        if (kX && kB) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
+        else v = LoadF32(d, kX ? x + o : b + o);
+        acc[q] = hn::Add(acc[q], hn::Mul(v, vg));
+      }
+    }
+  }
+  // ScaleRow stores every whole vector with vector code and only the rest element by element.
+  for (; j + kL <= n; j += kL) PutF32<kStream>(d, hn::Mul(LoadF32(d, g + j), vs), out + j);
+  for (; j < n; ++j) out[j] = FromF32<T>(ToF32(g[j]) * s);
+  if (!kDot) return 0.0f;
+  HWY_ALIGN float part[kParts];
+  for (size_t q = 0; q < kVecs; ++q) hn::Store(acc[q], d, part + q * kLanes);
+  for (j = blocked; j < n; ++j) {
+    float v;
+    if (kX && kB) v = ToF32(x[j]) + ToF32(b[j]);
+    else v = kX ? ToF32(x[j]) : ToF32(b[j]);
+    part[j % kParts] += v * ToF32(g[j]);
+  }
+  for (int w = kParts / 2; w >= 1; w /= 2) {
+    for (int l = 0; l < w; ++l) part[l] += part[l + w];
+  }
+  return part[0];
+}
+
+template <typename T, bool kStream>
+HWY_INLINE float ScaleRowDotUnitOf(const T* g, float s, T* out, const T* x, const T* b, int64_t n) {
+  if (x && b) return ScaleRowDotUnit<T, kStream, true, true>(g, s, out, x, b, n);
+  if (x) return ScaleRowDotUnit<T, kStream, true, false>(g, s, out, x, b, n);
+  if (b) return ScaleRowDotUnit<T, kStream, false, true>(g, s, out, x, b, n);
+  return ScaleRowDotUnit<T, kStream, false, false>(g, s, out, x, b, n);
+}
+
+// Unit-stride rows: out = ScaleRow(g, s) unless out is null, and the DotRow of (x, b, g) (0 when both null).
+// Streams the stores when `stream` and out is suitably aligned.
+template <typename T>
+HWY_INLINE float ScaleRowDot(const T* g, float s, T* out, bool stream, const T* x, const T* b, int64_t n) {
+  if (out == nullptr) return DotRow(x, 1, b, 1, g, 1, n);
+  if (stream && StreamAligned(out)) return ScaleRowDotUnitOf<T, CanStream<T>()>(g, s, out, x, b, n);
+  return ScaleRowDotUnitOf<T, false>(g, s, out, x, b, n);
+}
+
+// SumRowsOf for unit-stride rows given as pointers rows[0..count) with scales[m] (every scale 1 when scales
+// is null), streaming the stores when kStream.
+template <typename T, bool kStream>
+HWY_NOINLINE void SumRowPtrsUnit(int64_t count, const T* const* rows, const float* scales, T* HWY_RESTRICT dst,
+                                 int64_t n) {
+  const DF d;
+  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+  const float s0 = scales ? scales[0] : 1.0f;
+  const T* r0 = rows[0];
+  const VF vs0 = hn::Set(d, s0);
+  int64_t j = 0;
+  for (; j + kL <= n; j += kL) {
+    VF acc = hn::Mul(LoadF32(d, r0 + j), vs0);
+    for (int64_t m = 1; m < count; ++m) {
+      acc = hn::Add(acc, hn::Mul(LoadF32(d, rows[m] + j), hn::Set(d, scales ? scales[m] : 1.0f)));
+    }
+    PutF32<kStream>(d, acc, dst + j);
+  }
+  for (; j < n; ++j) {
+    float acc = ToF32(r0[j]) * s0;
+    for (int64_t m = 1; m < count; ++m) acc += ToF32(rows[m][j]) * (scales ? scales[m] : 1.0f);
+    dst[j] = FromF32<T>(acc);
+  }
+}
+
+template <typename T>
+HWY_INLINE void SumRowPtrs(int64_t count, const T* const* rows, const float* scales, T* dst, bool stream,
+                           int64_t n) {
+  if (count == 0) return ZeroRowUnit(dst, n, stream);
+  const float s0 = scales ? scales[0] : 1.0f;
+  const bool streamed = stream && StreamAligned(dst);
+  if (count == 1) {
+    if (streamed) ScaleRowDotUnit<T, CanStream<T>(), false, false>(rows[0], s0, dst, nullptr, nullptr, n);
+    else ScaleRowDotUnit<T, false, false, false>(rows[0], s0, dst, nullptr, nullptr, n);
+    return;
+  }
+  if (streamed) SumRowPtrsUnit<T, CanStream<T>()>(count, rows, scales, dst, n);
+  else SumRowPtrsUnit<T, false>(count, rows, scales, dst, n);
 }
 
 }  // namespace moegrad::kernels::HWY_NAMESPACE

@@ -20,6 +20,7 @@ class FinalizeGradPlan final : public internal::PlanBase {
   int64_t bias_rows = 0;
   uint64_t offsets_at = 0;
   uint64_t pairs_at = 0;
+  uint64_t token_cost_at = 0;
 
   void SetWorkspace(const internal::WorkspaceLayout& layout) { workspace_size_ = layout.size(); }
 
@@ -27,11 +28,23 @@ class FinalizeGradPlan final : public internal::PlanBase {
   Status Execute(void* workspace) const override {
     const kernels::FinalizeGradProblem& q = problem;
     const int64_t pairs = q.tokens * q.topk;
-    // Index data first, completely, before any output byte is written.
+    int64_t* offsets = internal::WorkspaceLayout::At<int64_t>(workspace, offsets_at);
+    int64_t* list = internal::WorkspaceLayout::At<int64_t>(workspace, pairs_at);
+    // Index data first, completely, before any output byte is written. The same pass notes the pair writing
+    // each row (in the offsets piece) and whether any row has two writers.
+    int64_t* writer = offsets;
+    for (int64_t v = 0; v < q.rows; ++v) writer[v] = -1;
+    bool one_writer = true;
+    int64_t written = 0;
     const int64_t lo = mode == 1 ? -1 : 0;
     const int64_t hi = mode == 1 ? q.rows : pairs;
     for (int64_t i = 0; i < pairs; ++i) {
       const int64_t v = q.row_idx.At<const int32_t>(i);
+      if (v >= 0 && v < q.rows) {
+        if (writer[v] >= 0) one_writer = false;
+        writer[v] = i;
+        ++written;
+      }
       if (v < lo || v >= hi) {
         return MakeStatus(StatusCode::kInvalid, "%s: expandedRowIdx[%lld] = %lld is outside [%lld, %lld) for dropPadMode %lld",
                           kOp, static_cast<long long>(i), static_cast<long long>(v), static_cast<long long>(lo),
@@ -48,9 +61,30 @@ class FinalizeGradPlan final : public internal::PlanBase {
         }
       }
     }
+    kernels::FinalizeGradProblem run = q;
+    if (one_writer) {
+      // Cost of each token for the thread split, in half rows: gradY, and per pair its gradExpandedX row
+      // (and expandedX row) and its bias row.
+      int64_t* cost = internal::WorkspaceLayout::At<int64_t>(workspace, token_cost_at);
+      const bool scales = q.scales.data != nullptr;
+      const int64_t bias = q.bias.data != nullptr ? 1 : 0;
+      cost[0] = 0;
+      for (int64_t r = 0; r < q.tokens; ++r) {
+        int64_t c = 2;
+        for (int64_t i = r * q.topk; i < (r + 1) * q.topk; ++i) {
+          const int64_t v = q.row_idx.At<const int32_t>(i);
+          c += (v >= 0 && v < q.rows ? (scales ? 4 : 2) : 0) + bias;
+        }
+        cost[r + 1] = cost[r] + c;
+      }
+      run.one_writer = true;
+      run.writer = writer;
+      run.token_cost = cost;
+      run.zero_rows = q.rows - written;
+      kernels::FinalizeRoutingV2Grad(run);
+      return Status::Ok();
+    }
     // Inverse index (counting sort, stable): the pairs that write each row of gradExpandedX, ascending.
-    int64_t* offsets = internal::WorkspaceLayout::At<int64_t>(workspace, offsets_at);
-    int64_t* list = internal::WorkspaceLayout::At<int64_t>(workspace, pairs_at);
     for (int64_t v = 0; v <= q.rows; ++v) offsets[v] = 0;
     for (int64_t i = 0; i < pairs; ++i) {
       const int64_t v = q.row_idx.At<const int32_t>(i);
@@ -65,7 +99,6 @@ class FinalizeGradPlan final : public internal::PlanBase {
     for (int64_t v = q.rows; v > 0; --v) offsets[v] = offsets[v - 1];
     offsets[0] = 0;
 
-    kernels::FinalizeGradProblem run = q;
     run.offsets = offsets;
     run.pairs = list;
     kernels::FinalizeRoutingV2Grad(run);
@@ -129,10 +162,7 @@ Status PlanFinalizeRoutingV2Grad(const FinalizeRoutingV2GradParams& p, std::uniq
   int64_t K = 0;
   if (p.scales != nullptr) {
     MOEGRAD_RETURN_IF_ERROR(c.Rank(*p.scales, "scales", 2));
-    if (p.scales->sizes[0] != R) {
-      return c.Fail(StatusCode::kInvalid, "scales has shape %s but must have the R = %lld rows of gradY",
-                    ShapeString(*p.scales).text, static_cast<long long>(R));
-    }
+    MOEGRAD_RETURN_IF_ERROR(c.Shape(*p.scales, "scales", {R, -1}));
     K = p.scales->sizes[1];
     if (pairs != R * K) {
       return c.Fail(StatusCode::kInvalid, "expandedRowIdx has %lld elements but must have R*K = %lld * %lld",
@@ -229,6 +259,7 @@ Status PlanFinalizeRoutingV2Grad(const FinalizeRoutingV2GradParams& p, std::uniq
   internal::WorkspaceLayout layout;
   out->offsets_at = layout.Add(static_cast<uint64_t>(rows) + 1, sizeof(int64_t));
   out->pairs_at = layout.Add(static_cast<uint64_t>(pairs), sizeof(int64_t));
+  out->token_cost_at = layout.Add(static_cast<uint64_t>(R) + 1, sizeof(int64_t));
   if (layout.overflowed()) return c.Fail(StatusCode::kInvalid, "the workspace size overflows 64 bits");
   out->SetWorkspace(layout);
   *plan = std::move(out);

@@ -61,8 +61,8 @@ aclTensor* MakeAclTensorOver(TestTensor& t, TestTensor& other) {
 }
 
 AclFinalizeGradCall::AclFinalizeGradCall(FinalizeGradCase& c) : case_(c) {
-  std::optional<TestTensor>* all[8] = {&c.grad_y,      &c.expanded_row_idx, &c.expanded_x,      &c.scales,
-                                       &c.expert_idx, &c.bias,             &c.grad_expanded_x, &c.grad_scales};
+  std::optional<TestTensor>* all[8] = {&c.grad_y, &c.expanded_row_idx, &c.expanded_x, &c.scales, &c.expert_idx,
+                                       &c.bias,   &c.grad_expanded_x,  &c.grad_scales};
   for (int k = 0; k < 8; ++k) {
     if (*all[k]) {
       t_[k] = MakeAclTensor(**all[k]);
@@ -78,8 +78,8 @@ AclFinalizeGradCall::~AclFinalizeGradCall() {
 }
 
 void AclFinalizeGradCall::NullData(int index) {
-  const std::optional<TestTensor>* all[8] = {&case_.grad_y,     &case_.expanded_row_idx, &case_.expanded_x,
-                                             &case_.scales,     &case_.expert_idx,       &case_.bias,
+  const std::optional<TestTensor>* all[8] = {&case_.grad_y,          &case_.expanded_row_idx, &case_.expanded_x,
+                                             &case_.scales,          &case_.expert_idx,       &case_.bias,
                                              &case_.grad_expanded_x, &case_.grad_scales};
   TestTensor copy = **all[index];  // the metadata; its storage is never used
   Replace(index, MakeAclTensor(copy, /*null_data=*/true));
@@ -91,10 +91,9 @@ void AclFinalizeGradCall::Replace(int index, aclTensor* t) {
 }
 
 aclnnStatus AclFinalizeGradCall::PhaseOne(uint64_t* workspace_size, aclOpExecutor** executor) const {
-  return aclnnMoeFinalizeRoutingV2GradGetWorkspaceSize(t_[0], t_[1], t_[2], t_[3], t_[4], t_[5],
-                                                       case_.drop_pad_mode, case_.active_num, case_.expert_num,
-                                                       case_.expert_capacity, t_[6], t_[7], workspace_size,
-                                                       executor);
+  return aclnnMoeFinalizeRoutingV2GradGetWorkspaceSize(t_[0], t_[1], t_[2], t_[3], t_[4], t_[5], case_.drop_pad_mode,
+                                                       case_.active_num, case_.expert_num, case_.expert_capacity, t_[6],
+                                                       t_[7], workspace_size, executor);
 }
 
 aclnnStatus AclFinalizeGradCall::Run() const {
@@ -118,8 +117,8 @@ std::string FinalizeGradTester::Describe(DType dtype) const {
   s << "R=" << tokens_ << " H=" << hidden_ << " K=" << topk_ << " mode=" << mode_ << " E=" << experts_
     << " C=" << capacity_ << " activeNum=" << active_num_ << " scales=" << scales_ << " bias=" << bias_
     << " dup=" << duplicates_ << " in=" << LayoutName(in_layout_) << " out=" << LayoutName(out_layout_)
-    << " x=" << pass_expanded_x_ << " gs=" << pass_grad_scales_ << " eidx=" << pass_expert_idx_
-    << " seed=" << seed_ << " api=" << kApi[static_cast<int>(api_)] << " dtype=" << DTypeName(dtype);
+    << " x=" << pass_expanded_x_ << " gs=" << pass_grad_scales_ << " eidx=" << pass_expert_idx_ << " seed=" << seed_
+    << " api=" << kApi[static_cast<int>(api_)] << " dtype=" << DTypeName(dtype);
   return s.str();
 }
 
@@ -245,7 +244,8 @@ void FinalizeGradTester::TestDeterminism(DType dtype) const {
         gs_first = Bytes(c.grad_scales);
         continue;
       }
-      EXPECT_TRUE(c.grad_expanded_x->SameBytes(gx_first)) << "gradExpandedX of " << run << " differs from " << first_run;
+      EXPECT_TRUE(c.grad_expanded_x->SameBytes(gx_first))
+          << "gradExpandedX of " << run << " differs from " << first_run;
       if (c.grad_scales) {
         EXPECT_TRUE(c.grad_scales->SameBytes(gs_first)) << "gradScales of " << run << " differs from " << first_run;
       }
@@ -262,7 +262,7 @@ void FinalizeGradTester::Check(const FinalizeGradCase& c, const FinalizeGradCase
 
   // Inputs are never written.
   const std::optional<TestTensor>* inputs[][2] = {
-      {&c.grad_y, &before.grad_y}, {&c.expanded_row_idx, &before.expanded_row_idx},
+      {&c.grad_y, &before.grad_y},         {&c.expanded_row_idx, &before.expanded_row_idx},
       {&c.expanded_x, &before.expanded_x}, {&c.scales, &before.scales},
       {&c.expert_idx, &before.expert_idx}, {&c.bias, &before.bias}};
   for (const auto& in : inputs) {
@@ -293,8 +293,8 @@ void FinalizeGradTester::Check(const FinalizeGradCase& c, const FinalizeGradCase
       const bool zero_ok = writers[static_cast<size_t>(v)] > 0 || c.grad_expanded_x->GetF(e) == 0.0f;
       if ((got != want || !zero_ok) && bad++ < 5) {
         ADD_FAILURE() << "gradExpandedX row " << v << " col " << j << " (" << writers[static_cast<size_t>(v)]
-                      << " writers): got " << c.grad_expanded_x->GetF(e) << " (0x" << std::hex << got
-                      << ") want " << ref_gx.GetF(e) << " (0x" << want << std::dec << ")";
+                      << " writers): got " << c.grad_expanded_x->GetF(e) << " (0x" << std::hex << got << ") want "
+                      << ref_gx.GetF(e) << " (0x" << want << std::dec << ")";
       }
     }
   }

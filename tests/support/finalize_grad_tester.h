@@ -66,28 +66,82 @@ class FinalizeGradTester {
  public:
   enum class Api { kCpp, kCppPlan, kAclnn };
 
-  FinalizeGradTester& tokens(int64_t v) { tokens_ = v; return *this; }
-  FinalizeGradTester& hidden(int64_t v) { hidden_ = v; return *this; }
-  FinalizeGradTester& topk(int64_t v) { topk_ = v; return *this; }
-  FinalizeGradTester& mode(int64_t v) { mode_ = v; return *this; }
-  FinalizeGradTester& experts(int64_t v) { experts_ = v; return *this; }
-  FinalizeGradTester& capacity(int64_t v) { capacity_ = v; return *this; }
-  FinalizeGradTester& active_num(int64_t v) { active_num_ = v; return *this; }
-  FinalizeGradTester& scales(bool v) { scales_ = v; return *this; }
-  FinalizeGradTester& bias(bool v) { bias_ = v; return *this; }
+  FinalizeGradTester& tokens(int64_t v) {
+    tokens_ = v;
+    return *this;
+  }
+  FinalizeGradTester& hidden(int64_t v) {
+    hidden_ = v;
+    return *this;
+  }
+  FinalizeGradTester& topk(int64_t v) {
+    topk_ = v;
+    return *this;
+  }
+  FinalizeGradTester& mode(int64_t v) {
+    mode_ = v;
+    return *this;
+  }
+  FinalizeGradTester& experts(int64_t v) {
+    experts_ = v;
+    return *this;
+  }
+  FinalizeGradTester& capacity(int64_t v) {
+    capacity_ = v;
+    return *this;
+  }
+  FinalizeGradTester& active_num(int64_t v) {
+    active_num_ = v;
+    return *this;
+  }
+  FinalizeGradTester& scales(bool v) {
+    scales_ = v;
+    return *this;
+  }
+  FinalizeGradTester& bias(bool v) {
+    bias_ = v;
+    return *this;
+  }
   // Index values drawn independently (rows written by several pairs, rows written by none) instead of
   // the forward's one-to-one layout.
-  FinalizeGradTester& duplicates(bool v) { duplicates_ = v; return *this; }
-  FinalizeGradTester& layout(Layout v) { in_layout_ = out_layout_ = v; return *this; }
-  FinalizeGradTester& input_layout(Layout v) { in_layout_ = v; return *this; }
-  FinalizeGradTester& output_layout(Layout v) { out_layout_ = v; return *this; }
+  FinalizeGradTester& duplicates(bool v) {
+    duplicates_ = v;
+    return *this;
+  }
+  FinalizeGradTester& layout(Layout v) {
+    in_layout_ = out_layout_ = v;
+    return *this;
+  }
+  FinalizeGradTester& input_layout(Layout v) {
+    in_layout_ = v;
+    return *this;
+  }
+  FinalizeGradTester& output_layout(Layout v) {
+    out_layout_ = v;
+    return *this;
+  }
   // Without scales: pass expandedX anyway (validated, not read) / a gradScalesOut that must stay untouched /
   // an expertIdx full of out-of-range values (not read without bias).
-  FinalizeGradTester& pass_expanded_x(bool v) { pass_expanded_x_ = v; return *this; }
-  FinalizeGradTester& pass_grad_scales(bool v) { pass_grad_scales_ = v; return *this; }
-  FinalizeGradTester& pass_expert_idx(bool v) { pass_expert_idx_ = v; return *this; }
-  FinalizeGradTester& seed(uint64_t v) { seed_ = v; return *this; }
-  FinalizeGradTester& api(Api v) { api_ = v; return *this; }
+  FinalizeGradTester& pass_expanded_x(bool v) {
+    pass_expanded_x_ = v;
+    return *this;
+  }
+  FinalizeGradTester& pass_grad_scales(bool v) {
+    pass_grad_scales_ = v;
+    return *this;
+  }
+  FinalizeGradTester& pass_expert_idx(bool v) {
+    pass_expert_idx_ = v;
+    return *this;
+  }
+  FinalizeGradTester& seed(uint64_t v) {
+    seed_ = v;
+    return *this;
+  }
+  FinalizeGradTester& api(Api v) {
+    api_ = v;
+    return *this;
+  }
 
   int64_t rows() const;  // rows of expandedX / gradExpandedX
   std::string Describe(DType dtype) const;
@@ -102,7 +156,7 @@ class FinalizeGradTester {
  private:
   // Runs the operator on `c` through api(); returns its status (0 on success) and the message.
   int Run(FinalizeGradCase& c, std::string* message) const;
-  // Checks the outputs of `c` (whose output storages were `gx_before` / `gs_before`) against the reference.
+  // Checks the outputs of `c` against the reference; `before` is the case as it was before the call.
   void Check(const FinalizeGradCase& c, const FinalizeGradCase& before) const;
 
   int64_t tokens_ = 5, hidden_ = 17, topk_ = 2, mode_ = 0, experts_ = 4, capacity_ = 3, active_num_ = 0;

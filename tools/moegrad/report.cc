@@ -41,9 +41,10 @@ void PrintBenchTable(const BenchReport& r, FILE* out) {
                  b.verified ? "ok" : "FAIL");
   }
   std::fprintf(out,
-               "\nGB/s = the least bytes the operator must read and write / median time of plan + run;\n"
-               "verified = every output element compared with the scalar reference (gradScales within the\n"
-               "bound of a different fp32 summation order, everything else bit for bit).\n");
+               "\nGB/s = the least bytes the operator must read and write / median time of plan + run (problems\n"
+               "that fit in the caches can pass 100%% of copy); verified = every output element compared with\n"
+               "the scalar reference (gradScales within the bound of a different fp32 summation order, the\n"
+               "rest bit for bit). Byte formulas: bench/README.md.\n");
 }
 
 namespace {

@@ -27,10 +27,6 @@ struct FinalizeGradConfig {
 };
 std::unique_ptr<Problem> MakeFinalizeGradProblem(const FinalizeGradConfig& c);
 
-}  // namespace moegrad::tool
-
-namespace moegrad::tool {
-
 // MoeTokenPermuteWithRoutingMapGrad. N = T*K (dropless) or E*C (drop-and-pad). Minimum bytes: read the
 // permutedTokenOutputGrad rows some index names (distinct*H), sortedIndices (N int32), with probs
 // permutedProbsOutputGrad (N) and, dropless, routingMap (T*E bytes); write tokensGrad (T*H) and, with
@@ -49,10 +45,6 @@ struct PermuteGradConfig {
 };
 std::unique_ptr<Problem> MakePermuteGradProblem(const PermuteGradConfig& c);
 
-}  // namespace moegrad::tool
-
-namespace moegrad::tool {
-
 // MoeFinalizeRoutingV2 (forward combine). Minimum bytes: read the expandedX rows some pair names
 // (distinct*H), expandedRowIdx (R*K int32), x1 and x2 (R*H each, when given), scales (R*K), with bias
 // expertIdx (R*K int32) and bias (E*H); write out (R*H).
@@ -69,10 +61,6 @@ struct FinalizeConfig {
   uint64_t seed = 1;
 };
 std::unique_ptr<Problem> MakeFinalizeProblem(const FinalizeConfig& c);
-
-}  // namespace moegrad::tool
-
-namespace moegrad::tool {
 
 // MoeTokenPermuteWithRoutingMap (forward dispatch). N = T*K (dropless) or E*C (drop-and-pad). Minimum
 // bytes: read the token rows some output row copies (distinct*H), routingMap (T*E bytes), with probs the N
