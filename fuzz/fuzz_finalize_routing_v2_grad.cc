@@ -1,5 +1,6 @@
 // Fuzzes aclnnMoeFinalizeRoutingV2Grad: shapes, layouts, dtypes, attributes, missing and aliased tensors,
 // index data. A successful call must match the reference; a failed one must have written nothing.
+#include <algorithm>
 #include <cmath>
 
 #include "aclnnop/aclnn_moe_finalize_routing_v2_grad.h"
@@ -47,7 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   MaybeAlias(in, gs.get(), in.Rare(50) ? gx.get() : inputs[in.Range(0, 5)]);
 
   for (Tensor* t : {grad_y.get(), x.get(), sc.get(), b.get()}) FillFloats(in, t);
-  const int64_t lo = mode == 1 ? -1 : 0, hi = mode == 1 ? std::max<int64_t>(ec, 0) : std::max<int64_t>(pairs, 1);
+  const int64_t lo = mode == 1 ? -1 : 0;
+  const int64_t hi = mode == 1 ? std::clamp<int64_t>(ec, 0, 1 << 20) : std::max<int64_t>(pairs, 1);
   FillIndices(in, idx.get(), [&](int64_t) { return lo + static_cast<int64_t>(in.rng()() % static_cast<uint64_t>(hi - lo)); });
   const int64_t brows = b ? std::max<int64_t>(b->size(0), 1) : 1;
   FillIndices(in, ex.get(), [&](int64_t) { return static_cast<int64_t>(in.rng()() % static_cast<uint64_t>(brows)); });

@@ -10,23 +10,21 @@
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
 
-// Rows per task such that a task moves a few hundred KB (`rows_in` source rows per output row).
-inline int64_t RowGrain(int64_t rows_in, int64_t hidden, int64_t elem_bytes) {
-  const int64_t row_bytes = std::max<int64_t>(1, (rows_in + 1) * hidden * elem_bytes);
-  return std::max<int64_t>(1, (256 << 10) / row_bytes);
-}
+// Outputs at least this large are written with streaming stores: they cannot stay in the caches anyway.
+constexpr int64_t kStreamMinBytes = int64_t{8} << 20;
+// A thread should move at least this much.
+constexpr int64_t kBytesPerThread = int64_t{256} << 10;
+// Row pointers of one output row looked up once rather than once per vector (more take the generic path).
+constexpr int64_t kCached = 32;
 
-// dst = rne(sum of the `count` rows rows[0..count)), in that order; the row pointers are looked up once
-// (up to kCached of them) rather than once per vector.
+// dst = rne(sum of the `count` rows row_at(0..count)), in that order (zero when count is 0).
 template <typename T, typename RowAt>
 HWY_INLINE void GatherSum(int64_t count, const RowAt& row_at, int64_t src_stride, T* dst, int64_t dst_stride,
-                          int64_t n) {
-  constexpr int64_t kCached = 32;
-  if (count <= kCached) {
+                          int64_t n, bool stream) {
+  if (count <= kCached && src_stride == 1 && dst_stride == 1) {
     const T* rows[kCached] = {};  // initialized only to keep -Wmaybe-uninitialized quiet
     for (int64_t m = 0; m < count; ++m) rows[m] = row_at(m);
-    SumRowsOf<T>(
-        count, [&](int64_t m, float* scale) { *scale = 1.0f; return rows[m]; }, src_stride, dst, dst_stride, n);
+    SumRowPtrs<T>(count, rows, nullptr, dst, stream, n);
     return;
   }
   SumRowsOf<T>(
@@ -37,13 +35,19 @@ template <typename T>
 void DroplessTyped(const PermuteGradProblem& p) {
   const int64_t K = p.topk;
   const int64_t H = p.hidden;
-  // tokensGrad[t] = sum_k grad[sortedIndices[t*K + k]], split over token rows.
-  internal::ParallelFor(0, p.tokens, RowGrain(K, H, sizeof(T)), [&](int64_t begin, int64_t end) {
+  // tokensGrad[t] = sum_k grad[sortedIndices[t*K + k]], split over token rows (all of equal cost).
+  const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
+  const bool stream = p.tokens * row_bytes >= kStreamMinBytes;
+  const int64_t moved = p.tokens * (K + 1) * row_bytes;
+  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+    int64_t begin, end;
+    internal::Balance211(p.tokens, parts, part, &begin, &end);
     for (int64_t t = begin; t < end; ++t) {
       GatherSum<T>(
           K, [&](int64_t k) { return p.grad.Row<const T>(p.sorted_indices.At<const int32_t>(t * K + k)); },
-          p.grad.col_stride, p.tokens_grad.Row<T>(t), p.tokens_grad.col_stride, H);
+          p.grad.col_stride, p.tokens_grad.Row<T>(t), p.tokens_grad.col_stride, H, stream);
     }
+    if (stream) hwy::FlushStream();
   });
   if (p.probs_grad.data == nullptr) return;
   // probsGrad: the routed (t, e) take permutedProbsOutputGrad in expert-major order. Each block of token
@@ -71,16 +75,21 @@ void DropPadTyped(const PermuteGradProblem& p) {
   const int64_t H = p.hidden;
   const int64_t C = p.capacity;
   const bool has_probs = p.probs_grad.data != nullptr;
-  const int64_t avg = p.tokens > 0 ? p.rows / p.tokens : 0;
+  const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
+  const bool stream = p.tokens * row_bytes >= kStreamMinBytes;
+  const int64_t moved = (p.rows + p.tokens) * row_bytes;
   // Token row t gathers the rows p with sortedIndices[p] == t, ascending (zero when none); its probsGrad row
-  // sums permutedProbsOutputGrad[p] per expert p / C, in the same ascending order.
-  internal::ParallelFor(0, p.tokens, RowGrain(avg, H, sizeof(T)), [&](int64_t begin, int64_t end) {
+  // sums permutedProbsOutputGrad[p] per expert p / C, in the same ascending order. Threads take token ranges
+  // of about equal rows moved (the rows a token gathers plus its own).
+  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+    int64_t begin, end;
+    internal::BalanceByCost(p.tokens, parts, part, [&](int64_t t) { return p.offsets[t] + t; }, &begin, &end);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t* first = p.slots + p.offsets[t];
       const int64_t count = p.offsets[t + 1] - p.offsets[t];
       GatherSum<T>(
           count, [&](int64_t m) { return p.grad.Row<const T>(first[m]); }, p.grad.col_stride,
-          p.tokens_grad.Row<T>(t), p.tokens_grad.col_stride, H);
+          p.tokens_grad.Row<T>(t), p.tokens_grad.col_stride, H, stream);
       if (!has_probs) continue;
       T* dst = p.probs_grad.Row<T>(t);
       const int64_t es = p.probs_grad.col_stride;
@@ -93,6 +102,7 @@ void DropPadTyped(const PermuteGradProblem& p) {
         dst[e * es] = FromF32<T>(acc);
       }
     }
+    if (stream) hwy::FlushStream();
   });
 }
 
