@@ -220,8 +220,8 @@ inline void MaybeAlias(Input& in, Tensor* t, const Tensor* host) {
   if (t == nullptr || host == nullptr || !in.Rare(8)) return;
   const int64_t host_bytes = host->storage_elems * static_cast<int64_t>(host->esize());
   const int64_t need = t->storage_elems * static_cast<int64_t>(t->esize());
+  if (need > host_bytes) return;
   const int64_t room = (host_bytes - need) / static_cast<int64_t>(t->esize());
-  if (room < 0) return;
   t->alloc = host->alloc;
   t->base = host->base + in.Range(0, room) * static_cast<int64_t>(t->esize());
   t->aliased = true;
@@ -402,7 +402,11 @@ inline std::vector<int64_t> Shape(Input& in, std::vector<int64_t> shape) {
     case 0:
       if (!shape.empty()) {
         int64_t& d = shape[static_cast<size_t>(in.Range(0, static_cast<int64_t>(shape.size()) - 1))];
-        d = std::max<int64_t>(0, d + (in.Rare(50) ? 1 : -1));
+        if (in.Rare(50)) {
+          d = d < INT64_MAX ? d + 1 : d;
+        } else {
+          d = std::max<int64_t>(0, d - 1);
+        }
       }
       break;
     case 1: shape.push_back(in.Range(0, 2)); break;

@@ -13,6 +13,7 @@
 #define MOEGRAD_KERNELS_ROW_OPS_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -270,41 +271,54 @@ HWY_INLINE void ZeroRowUnit(T* dst, int64_t n, bool stream) {
   std::memset(p, 0, static_cast<size_t>(bytes));
 }
 
-// out[j] = rne(g[j] * s) exactly as ScaleRow, and returns DotRow(x, 1, b, 1, g, 1, n): both from one read of g.
-// x and b may be null as in DotRow (kX, kB say which are not); stores stream when kStream (out aligned).
-template <typename T, bool kStream, bool kX, bool kB>
-HWY_NOINLINE float ScaleRowDotUnit(const T* HWY_RESTRICT g, float s, T* HWY_RESTRICT out, const T* HWY_RESTRICT x,
-                                   const T* HWY_RESTRICT b, int64_t n) {
+// Columns [j0, j1) of unit-stride rows of n elements, j0 a multiple of 16 and j1 either n or a multiple of
+// 16, so that a row may be done in several spans: when kOut, out[j] = rne(g[j] * s) exactly as ScaleRow; when
+// kX or kB, the DotRow of (x, b, g) (x or b null as there) accumulates in the 16 partial sums `part` (zero
+// before the first span). The span that ends at n returns the finished DotRow value (0 without x and b).
+// g is read once for both. `ahead` (may be null) is a row read later: its columns [j0, j1) are prefetched.
+template <typename T, bool kStream, bool kOut, bool kX, bool kB>
+HWY_NOINLINE float ScaleRowDotSpan(const T* HWY_RESTRICT g, float s, T* HWY_RESTRICT out, const T* HWY_RESTRICT x,
+                                   const T* HWY_RESTRICT b, int64_t j0, int64_t j1, int64_t n,
+                                   float* HWY_RESTRICT part, const T* ahead) {
   constexpr bool kDot = kX || kB;
   constexpr int kParts = 16;
   constexpr size_t kLanes = hn::MaxLanes(DF());
   constexpr size_t kVecs = kParts / kLanes;
   constexpr int64_t kL = static_cast<int64_t>(kLanes);
+  static_assert(kParts % kLanes == 0, "a vector must hold a whole number of partial sums");
   const DF d;
   const VF vs = hn::Set(d, s);
   VF acc[kVecs];
-  for (size_t q = 0; q < kVecs; ++q) acc[q] = hn::Zero(d);
+  for (size_t q = 0; q < kVecs; ++q) acc[q] = kDot ? hn::LoadU(d, part + q * kLanes) : hn::Zero(d);
   const int64_t blocked = n / kParts * kParts;
-  int64_t j = 0;
-  for (; j < blocked; j += kParts) {
+  const int64_t vec_end = std::min(j1, blocked);
+  int64_t j = j0;
+  for (; j < vec_end; j += kParts) {
+    if (ahead != nullptr) hwy::Prefetch(ahead + j);
     for (size_t q = 0; q < kVecs; ++q) {
       const int64_t o = j + static_cast<int64_t>(q * kLanes);
       const VF vg = LoadF32(d, g + o);
-      PutF32<kStream>(d, hn::Mul(vg, vs), out + o);
+      // Loads before the store: out and x rows often share their address bits below 4 KiB, and a load
+      // behind a store to such an address waits for it.
       if (kDot) {
         VF v;
         if (kX && kB) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
         else v = LoadF32(d, kX ? x + o : b + o);
         acc[q] = hn::Add(acc[q], hn::Mul(v, vg));
       }
+      if (kOut) PutF32<kStream>(d, hn::Mul(vg, vs), out + o);
     }
   }
-  // ScaleRow stores every whole vector with vector code and only the rest element by element.
-  for (; j + kL <= n; j += kL) PutF32<kStream>(d, hn::Mul(LoadF32(d, g + j), vs), out + j);
-  for (; j < n; ++j) out[j] = FromF32<T>(ToF32(g[j]) * s);
+  if (kDot) {
+    for (size_t q = 0; q < kVecs; ++q) hn::StoreU(acc[q], d, part + q * kLanes);
+  }
+  if (j1 < n) return 0.0f;
+  if (kOut) {
+    // ScaleRow stores every whole vector with vector code and only the rest element by element.
+    for (; j + kL <= n; j += kL) PutF32<kStream>(d, hn::Mul(LoadF32(d, g + j), vs), out + j);
+    for (; j < n; ++j) out[j] = FromF32<T>(ToF32(g[j]) * s);
+  }
   if (!kDot) return 0.0f;
-  HWY_ALIGN float part[kParts];
-  for (size_t q = 0; q < kVecs; ++q) hn::Store(acc[q], d, part + q * kLanes);
   for (j = blocked; j < n; ++j) {
     float v;
     if (kX && kB) v = ToF32(x[j]) + ToF32(b[j]);
@@ -317,21 +331,24 @@ HWY_NOINLINE float ScaleRowDotUnit(const T* HWY_RESTRICT g, float s, T* HWY_REST
   return part[0];
 }
 
-template <typename T, bool kStream>
-HWY_INLINE float ScaleRowDotUnitOf(const T* g, float s, T* out, const T* x, const T* b, int64_t n) {
-  if (x && b) return ScaleRowDotUnit<T, kStream, true, true>(g, s, out, x, b, n);
-  if (x) return ScaleRowDotUnit<T, kStream, true, false>(g, s, out, x, b, n);
-  if (b) return ScaleRowDotUnit<T, kStream, false, true>(g, s, out, x, b, n);
-  return ScaleRowDotUnit<T, kStream, false, false>(g, s, out, x, b, n);
-}
-
-// Unit-stride rows: out = ScaleRow(g, s) unless out is null, and the DotRow of (x, b, g) (0 when both null).
-// Streams the stores when `stream` and out is suitably aligned.
+// ScaleRowDotSpan for any x, b, out (null when absent; x without out is not a case that occurs); streams the
+// stores of out when `stream` and out is aligned for it.
 template <typename T>
-HWY_INLINE float ScaleRowDot(const T* g, float s, T* out, bool stream, const T* x, const T* b, int64_t n) {
-  if (out == nullptr) return DotRow(x, 1, b, 1, g, 1, n);
-  if (stream && StreamAligned(out)) return ScaleRowDotUnitOf<T, CanStream<T>()>(g, s, out, x, b, n);
-  return ScaleRowDotUnitOf<T, false>(g, s, out, x, b, n);
+HWY_INLINE float ScaleRowDotSpanOf(const T* g, float s, T* out, bool stream, const T* x, const T* b, int64_t j0,
+                                   int64_t j1, int64_t n, float* part, const T* ahead) {
+  if (out == nullptr) {
+    if (b != nullptr) return ScaleRowDotSpan<T, false, false, false, true>(g, s, out, x, b, j0, j1, n, part, ahead);
+    return 0.0f;
+  }
+  constexpr bool kCan = CanStream<T>();
+  if (kCan && stream && StreamAligned(out)) {
+    if (x && b) return ScaleRowDotSpan<T, kCan, true, true, true>(g, s, out, x, b, j0, j1, n, part, ahead);
+    if (x) return ScaleRowDotSpan<T, kCan, true, true, false>(g, s, out, x, b, j0, j1, n, part, ahead);
+    return ScaleRowDotSpan<T, kCan, true, false, false>(g, s, out, x, b, j0, j1, n, part, ahead);
+  }
+  if (x && b) return ScaleRowDotSpan<T, false, true, true, true>(g, s, out, x, b, j0, j1, n, part, ahead);
+  if (x) return ScaleRowDotSpan<T, false, true, true, false>(g, s, out, x, b, j0, j1, n, part, ahead);
+  return ScaleRowDotSpan<T, false, true, false, false>(g, s, out, x, b, j0, j1, n, part, ahead);
 }
 
 // SumRowsOf for unit-stride rows given as pointers rows[0..count) with scales[m] (every scale 1 when scales
@@ -366,8 +383,7 @@ HWY_INLINE void SumRowPtrs(int64_t count, const T* const* rows, const float* sca
   const float s0 = scales ? scales[0] : 1.0f;
   const bool streamed = stream && StreamAligned(dst);
   if (count == 1) {
-    if (streamed) ScaleRowDotUnit<T, CanStream<T>(), false, false>(rows[0], s0, dst, nullptr, nullptr, n);
-    else ScaleRowDotUnit<T, false, false, false>(rows[0], s0, dst, nullptr, nullptr, n);
+    ScaleRowDotSpanOf<T>(rows[0], s0, dst, stream, nullptr, nullptr, 0, n, n, nullptr, nullptr);
     return;
   }
   if (streamed) SumRowPtrsUnit<T, CanStream<T>()>(count, rows, scales, dst, n);

@@ -15,6 +15,8 @@ struct BenchResult {
   uint64_t bytes = 0;            // minimum bytes read + written (Problem::MinBytes)
   uint64_t workspace_bytes = 0;
   double seconds = 0.0;          // median of plan + run
+  uint64_t copy_bytes = 0;       // a parallel copy moving about `bytes` (read + write) ...
+  double copy_seconds = 0.0;     // ... and its median time
   bool verified = false;
   std::string error;             // why the call failed, when it did
 };
