@@ -2,7 +2,7 @@
 // scales / expertIdx, layouts, dtypes, aliasing and index data. A successful call must match the reference
 // bit for bit (both sum in fp32 in the order the spec fixes); a failed one must have written nothing.
 #include "aclnnop/aclnn_moe_finalize_routing_v2.h"
-#include "fuzz/fuzz_util.h"
+#include "fuzz/fuzz_call.h"
 #include "src/ref/reference.h"
 
 using namespace moegrad::fuzz;  // NOLINT

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "aclnnop/aclnn_moe_finalize_routing_v2_grad.h"
-#include "fuzz/fuzz_util.h"
+#include "fuzz/fuzz_call.h"
 #include "src/ref/reference.h"
 
 using namespace moegrad::fuzz;  // NOLINT

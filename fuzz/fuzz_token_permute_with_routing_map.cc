@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map.h"
-#include "fuzz/fuzz_util.h"
+#include "fuzz/fuzz_call.h"
 #include "src/ref/reference.h"
 
 using namespace moegrad::fuzz;  // NOLINT

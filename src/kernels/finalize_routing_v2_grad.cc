@@ -2,7 +2,6 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/kernels/finalize_routing_v2_grad.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include <cstdlib>
 #include "hwy/highway.h"
 #include "src/core/parallel.h"
 #include "src/kernels/finalize_routing_v2_grad.h"
@@ -15,9 +14,6 @@ namespace moegrad::kernels::HWY_NAMESPACE {
 constexpr int64_t kStreamMinBytes = int64_t{8} << 20;
 // A thread should move at least this much.
 constexpr int64_t kBytesPerThread = int64_t{256} << 10;
-// The bias columns of one span should take about this much (of L2), and a span at least kMinSpan columns.
-constexpr int64_t kBiasSpanBytes = int64_t{256} << 10;
-constexpr int64_t kMinSpan = 256;
 
 template <typename T>
 void FinalizeGradTyped(const FinalizeGradProblem& p) {
@@ -63,11 +59,6 @@ void FinalizeGradTyped(const FinalizeGradProblem& p) {
 // Every row of gradExpandedX has at most one writer: one pass, token by token. gradY[r] is read once for its
 // K pairs (it stays in L1/L2 meanwhile) and each pair's expandedX row once, for both its gradExpandedX row and
 // its gradScales dot; rows nobody writes are zeroed by the same threads. Same arithmetic as the CSR path.
-//
-// With a bias table larger than the L2 cache, the columns are done in spans of `span` (a multiple of 16):
-// every pair's columns [j0, j0 + span), then the next span, so that the bias columns of the current span stay
-// in L2 for all pairs instead of each pair fetching a whole bias row from memory. The 16 partial sums of each
-// dot wait in p.partials between spans, so every dot adds the same terms in the same order as in one pass.
 template <typename T>
 void FinalizeGradOneWriterTyped(const FinalizeGradProblem& p) {
   const int64_t H = p.hidden;
@@ -78,55 +69,46 @@ void FinalizeGradOneWriterTyped(const FinalizeGradProblem& p) {
                     (!has_scales || p.expanded_x.col_stride == 1) && (!has_bias || p.bias.col_stride == 1);
   const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
   const bool stream = unit && p.rows * row_bytes >= kStreamMinBytes;
-  int64_t span = std::max<int64_t>(H, 1);
-  if (unit && has_bias && p.partials != nullptr) {
-    static const int64_t kBiasSpanBytesX = getenv("XSPAN") ? atoll(getenv("XSPAN")) : kBiasSpanBytes;
-    const int64_t fit = kBiasSpanBytesX / std::max<int64_t>(1, p.bias_rows * static_cast<int64_t>(sizeof(T)));
-    span = std::max<int64_t>(kMinSpan, fit / 16 * 16);
-    if (span >= H) span = std::max<int64_t>(H, 1);
-  }
   // Half rows moved in all: the token costs plus one row written per zero row.
   const int64_t moved = (p.token_cost[p.tokens] / 2 + p.zero_rows) * std::max<int64_t>(row_bytes, 1);
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t r_begin, r_end;
     internal::BalanceByCost(p.tokens, parts, part, [&](int64_t r) { return p.token_cost[r]; }, &r_begin, &r_end);
-    HWY_ALIGN float local[16];
-    for (int64_t j0 = 0; j0 == 0 || j0 < H; j0 += span) {
-      const int64_t j1 = std::min(H, j0 + span);
-      for (int64_t r = r_begin; r < r_end; ++r) {
-        const T* g = p.grad_y.Row<const T>(r);
-        for (int64_t i = r * K; i < (r + 1) * K; ++i) {
-          const int64_t v = p.row_idx.At<const int32_t>(i);
-          const bool written = v >= 0 && v < p.rows;
-          T* out = written ? p.grad_expanded_x.Row<T>(v) : nullptr;
-          if (!has_scales) {
-            if (!written) continue;
-            if (unit) ScaleRowDotSpanOf<T>(g, 1.0f, out, stream, nullptr, nullptr, 0, H, H, nullptr, nullptr);
-            else ScaleRow(g, p.grad_y.col_stride, 1.0f, out, p.grad_expanded_x.col_stride, H);
-            continue;
-          }
-          const float s = ToF32(p.scales.At<const T>(i));
-          const T* x = written ? p.expanded_x.Row<const T>(v) : nullptr;
-          const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
-          if (!unit) {
-            if (written) ScaleRow(g, p.grad_y.col_stride, s, out, p.grad_expanded_x.col_stride, H);
-            const float dot = DotRow(x, p.expanded_x.col_stride, b, p.bias.col_stride, g, p.grad_y.col_stride, H);
-            p.grad_scales.At<T>(i) = FromF32<T>(dot);
-            continue;
-          }
-          float* acc = span < H ? p.partials + 16 * i : local;
-          if (j0 == 0) std::fill(acc, acc + 16, 0.0f);
-          static const int kPf = getenv("XPF") ? atoi(getenv("XPF")) : 0;
-          const T* ahead = nullptr;
-          if (kPf > 0 && i + kPf < p.tokens * K) {
-            const int64_t va = p.row_idx.At<const int32_t>(i + kPf);
-            if (va >= 0 && va < p.rows) ahead = p.expanded_x.Row<const T>(va);
-          }
-          const float dot = ScaleRowDotSpanOf<T>(g, s, out, stream, x, b, j0, j1, H, acc, ahead);
-          if (j1 == H) p.grad_scales.At<T>(i) = FromF32<T>(dot);
+    // The rows of pair i; pairs are visited in order, so the next one's rows are known for prefetching.
+    auto rows_of = [&](int64_t i, ScaleDotRows<T>* q) {
+      const int64_t v = p.row_idx.At<const int32_t>(i);
+      const bool written = v >= 0 && v < p.rows;
+      q->out = written ? p.grad_expanded_x.Row<T>(v) : nullptr;
+      q->x = written && has_scales ? p.expanded_x.Row<const T>(v) : nullptr;
+      q->b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
+    };
+    ScaleDotRows<T> cur, next;
+    if (r_begin < r_end) rows_of(r_begin * K, &next);
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      const T* g = p.grad_y.Row<const T>(r);
+      for (int64_t i = r * K; i < (r + 1) * K; ++i) {
+        cur = next;
+        cur.g = g;
+        next = ScaleDotRows<T>();
+        if (i + 1 < r_end * K) rows_of(i + 1, &next);
+        cur.x_next = next.x;
+        cur.b_next = next.b;
+        if (!has_scales) {
+          if (cur.out == nullptr) continue;
+          if (unit) ScaleRowDot<T>(cur, 1.0f, stream, H);
+          else ScaleRow(g, p.grad_y.col_stride, 1.0f, cur.out, p.grad_expanded_x.col_stride, H);
+          continue;
         }
+        const float s = ToF32(p.scales.At<const T>(i));
+        float dot;
+        if (unit) {
+          dot = ScaleRowDot<T>(cur, s, stream, H);
+        } else {
+          if (cur.out != nullptr) ScaleRow(g, p.grad_y.col_stride, s, cur.out, p.grad_expanded_x.col_stride, H);
+          dot = DotRow(cur.x, p.expanded_x.col_stride, cur.b, p.bias.col_stride, g, p.grad_y.col_stride, H);
+        }
+        p.grad_scales.At<T>(i) = FromF32<T>(dot);
       }
-      if (!unit || !has_scales) break;  // those take whole rows at once
     }
     // This part's share of the rows no pair writes: those of rank [z_begin, z_end) among them.
     if (p.zero_rows > 0) {

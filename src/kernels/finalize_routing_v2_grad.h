@@ -34,9 +34,6 @@ struct FinalizeGradProblem {
   const int64_t* writer = nullptr;
   const int64_t* token_cost = nullptr;
   int64_t zero_rows = 0;
-  // With bias: rows of bias, and room for 16 floats per pair (the partial sums of its dot between column spans).
-  int64_t bias_rows = 0;
-  float* partials = nullptr;
 };
 
 // Writes every row of gradExpandedX and, with scales, every gradScales entry.

@@ -14,6 +14,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 
@@ -271,35 +272,141 @@ HWY_INLINE void ZeroRowUnit(T* dst, int64_t n, bool stream) {
   std::memset(p, 0, static_cast<size_t>(bytes));
 }
 
-// Columns [j0, j1) of unit-stride rows of n elements, j0 a multiple of 16 and j1 either n or a multiple of
-// 16, so that a row may be done in several spans: when kOut, out[j] = rne(g[j] * s) exactly as ScaleRow; when
-// kX or kB, the DotRow of (x, b, g) (x or b null as there) accumulates in the 16 partial sums `part` (zero
-// before the first span). The span that ends at n returns the finished DotRow value (0 without x and b).
-// g is read once for both. `ahead` (may be null) is a row read later: its columns [j0, j1) are prefetched.
+// The rows of one ScaleRowDot call, and the rows the next call reads: those are prefetched as this call nears
+// its end, so that a new row's first lines are not fetched only on demand (the hardware prefetchers stop at
+// 4 KiB page boundaries and start over on each new row).
+template <typename T>
+struct ScaleDotRows {
+  const T* g = nullptr;
+  T* out = nullptr;
+  const T* x = nullptr;
+  const T* b = nullptr;
+  const T* x_next = nullptr;
+  const T* b_next = nullptr;
+};
+
+// How far ahead of the loads rows are prefetched.
+static const int64_t kRowPrefetchBytes = getenv("XPF") ? atoll(getenv("XPF")) : 4096;
+
+// Prefetches element a of a row of n elements, or element a - n of `next` (if any) past the end.
+template <typename T>
+HWY_INLINE void PrefetchAhead(const T* row, const T* next, int64_t a, int64_t n) {
+  if (a < n) hwy::Prefetch(row + a);
+  else if (next != nullptr && a - n < n) hwy::Prefetch(next + (a - n));
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// bf16 rows with AVX-512BW, 32 elements (one cache line) per step: widening and narrowing are one word
+// permutation each (vpermw, vpermt2w) instead of a widening move plus a shift, or a shift plus a pack and a
+// lane permutation, which left the bf16 kernels bound by those instructions rather than by memory.
+
+// Elements [0, 16) and [16, 32) of 32 bf16 at p, as fp32.
+HWY_INLINE void LoadBF16x32(const hwy::bfloat16_t* p, __m512* lo, __m512* hi) {
+  // Word 2i + 1 of the result takes word i (lo) or 16 + i (hi) of the input; even words are zero.
+  const __m512i idx_lo = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5, 0,
+                                          4, 0, 3, 0, 2, 0, 1, 0, 0, 0);
+  const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
+  const __m512i raw = _mm512_loadu_si512(p);
+  *lo = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx_lo, raw));
+  *hi = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx_hi, raw));
+}
+
+// v rounded to bf16 as BF16BitsRNE does, the result in the upper 16 bits of each lane.
+HWY_INLINE __m512i RoundToBF16High(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_or_epi32(rounded, is_nan, u, _mm512_set1_epi32(0x00400000));
+}
+
+// Stores rne(lo) and rne(hi) as 32 bf16 at p.
+template <bool kStream>
+HWY_INLINE void PutBF16x32(__m512 lo, __m512 hi, hwy::bfloat16_t* p) {
+  // The upper word of every lane, lo's lanes first.
+  const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                                       25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __m512i packed = _mm512_permutex2var_epi16(RoundToBF16High(lo), idx, RoundToBF16High(hi));
+  if (kStream) _mm512_stream_si512(reinterpret_cast<__m512i*>(p), packed);
+  else _mm512_storeu_si512(reinterpret_cast<void*>(p), packed);
+}
+
+// ScaleRowDotUnit's main loop for bf16 over [0, end) in steps of 32 while they fit (end a multiple of 16),
+// accumulating the dot in the 16 partial sums *acc exactly as the 16-element steps do; returns where it
+// stopped.
+template <bool kStream, bool kOut, bool kX, bool kB>
+HWY_INLINE int64_t ScaleRowDotWide(const ScaleDotRows<hwy::bfloat16_t>& r, float s, int64_t end, int64_t n,
+                                   VF* acc) {
+  const hwy::bfloat16_t* HWY_RESTRICT g = r.g;
+  const hwy::bfloat16_t* HWY_RESTRICT x = r.x;
+  const hwy::bfloat16_t* HWY_RESTRICT b = r.b;
+  hwy::bfloat16_t* HWY_RESTRICT out = r.out;
+  const int64_t kAhead = kRowPrefetchBytes / 2;
+  const __m512 vs = _mm512_set1_ps(s);
+  __m512 a = acc->raw;
+  int64_t j = 0;
+  for (; j + 32 <= end; j += 32) {
+    if (kX) PrefetchAhead(x, r.x_next, j + kAhead, n);
+    if (kB) PrefetchAhead(b, r.b_next, j + kAhead, n);
+    __m512 g0, g1;
+    LoadBF16x32(g + j, &g0, &g1);
+    if (kX || kB) {
+      __m512 v0, v1;
+      LoadBF16x32(kX ? x + j : b + j, &v0, &v1);
+      if (kX && kB) {
+        __m512 b0, b1;
+        LoadBF16x32(b + j, &b0, &b1);
+        v0 = _mm512_add_ps(v0, b0);
+        v1 = _mm512_add_ps(v1, b1);
+      }
+      a = _mm512_add_ps(a, _mm512_mul_ps(v0, g0));
+      a = _mm512_add_ps(a, _mm512_mul_ps(v1, g1));
+    }
+    if (kOut) PutBF16x32<kStream>(_mm512_mul_ps(g0, vs), _mm512_mul_ps(g1, vs), out + j);
+  }
+  acc->raw = a;
+  return j;
+}
+#endif
+
+// Other element types and targets: no wider steps.
+template <bool kStream, bool kOut, bool kX, bool kB, typename T>
+HWY_INLINE int64_t ScaleRowDotWide(const ScaleDotRows<T>&, float, int64_t, int64_t, VF*) {
+  return 0;
+}
+
+// Unit-stride rows of n elements, g read once for both results: when kOut, out[j] = rne(g[j] * s) exactly as
+// ScaleRow; returns DotRow(x, 1, b, 1, g, 1, n) when kX or kB (x or b null as there), else 0.
 template <typename T, bool kStream, bool kOut, bool kX, bool kB>
-HWY_NOINLINE float ScaleRowDotSpan(const T* HWY_RESTRICT g, float s, T* HWY_RESTRICT out, const T* HWY_RESTRICT x,
-                                   const T* HWY_RESTRICT b, int64_t j0, int64_t j1, int64_t n,
-                                   float* HWY_RESTRICT part, const T* ahead) {
+HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n) {
+  const T* HWY_RESTRICT g = r.g;
+  const T* HWY_RESTRICT x = r.x;
+  const T* HWY_RESTRICT b = r.b;
+  T* HWY_RESTRICT out = r.out;
   constexpr bool kDot = kX || kB;
   constexpr int kParts = 16;
   constexpr size_t kLanes = hn::MaxLanes(DF());
   constexpr size_t kVecs = kParts / kLanes;
   constexpr int64_t kL = static_cast<int64_t>(kLanes);
+  const int64_t kAhead = kRowPrefetchBytes / static_cast<int64_t>(sizeof(T));
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   static_assert(kParts % kLanes == 0, "a vector must hold a whole number of partial sums");
   const DF d;
   const VF vs = hn::Set(d, s);
   VF acc[kVecs];
-  for (size_t q = 0; q < kVecs; ++q) acc[q] = kDot ? hn::LoadU(d, part + q * kLanes) : hn::Zero(d);
+  for (size_t q = 0; q < kVecs; ++q) acc[q] = hn::Zero(d);
   const int64_t blocked = n / kParts * kParts;
-  const int64_t vec_end = std::min(j1, blocked);
-  int64_t j = j0;
-  for (; j < vec_end; j += kParts) {
-    if (ahead != nullptr) hwy::Prefetch(ahead + j);
+  int64_t j = ScaleRowDotWide<kStream, kOut, kX, kB>(r, s, blocked, n, &acc[0]);
+  for (; j < blocked; j += kParts) {
+    if (j % kLine == 0) {
+      if (kX) PrefetchAhead(x, r.x_next, j + kAhead, n);
+      if (kB) PrefetchAhead(b, r.b_next, j + kAhead, n);
+    }
     for (size_t q = 0; q < kVecs; ++q) {
       const int64_t o = j + static_cast<int64_t>(q * kLanes);
       const VF vg = LoadF32(d, g + o);
       // Loads before the store: out and x rows often share their address bits below 4 KiB, and a load
-      // behind a store to such an address waits for it.
+      // behind a store to such an address waits for it (measured: a third slower).
       if (kDot) {
         VF v;
         if (kX && kB) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
@@ -309,16 +416,14 @@ HWY_NOINLINE float ScaleRowDotSpan(const T* HWY_RESTRICT g, float s, T* HWY_REST
       if (kOut) PutF32<kStream>(d, hn::Mul(vg, vs), out + o);
     }
   }
-  if (kDot) {
-    for (size_t q = 0; q < kVecs; ++q) hn::StoreU(acc[q], d, part + q * kLanes);
-  }
-  if (j1 < n) return 0.0f;
   if (kOut) {
     // ScaleRow stores every whole vector with vector code and only the rest element by element.
     for (; j + kL <= n; j += kL) PutF32<kStream>(d, hn::Mul(LoadF32(d, g + j), vs), out + j);
     for (; j < n; ++j) out[j] = FromF32<T>(ToF32(g[j]) * s);
   }
   if (!kDot) return 0.0f;
+  HWY_ALIGN float part[kParts];
+  for (size_t q = 0; q < kVecs; ++q) hn::Store(acc[q], d, part + q * kLanes);
   for (j = blocked; j < n; ++j) {
     float v;
     if (kX && kB) v = ToF32(x[j]) + ToF32(b[j]);
@@ -331,63 +436,106 @@ HWY_NOINLINE float ScaleRowDotSpan(const T* HWY_RESTRICT g, float s, T* HWY_REST
   return part[0];
 }
 
-// ScaleRowDotSpan for any x, b, out (null when absent; x without out is not a case that occurs); streams the
-// stores of out when `stream` and out is aligned for it.
+// ScaleRowDotUnit for any out, x, b (null when absent; x only together with out, as in the gradient of a
+// weighted row); the stores of out stream when `stream` and out is aligned for it.
 template <typename T>
-HWY_INLINE float ScaleRowDotSpanOf(const T* g, float s, T* out, bool stream, const T* x, const T* b, int64_t j0,
-                                   int64_t j1, int64_t n, float* part, const T* ahead) {
-  if (out == nullptr) {
-    if (b != nullptr) return ScaleRowDotSpan<T, false, false, false, true>(g, s, out, x, b, j0, j1, n, part, ahead);
+HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int64_t n) {
+  if (r.out == nullptr) {
+    if (r.b != nullptr) return ScaleRowDotUnit<T, false, false, false, true>(r, s, n);
     return 0.0f;
   }
   constexpr bool kCan = CanStream<T>();
-  if (kCan && stream && StreamAligned(out)) {
-    if (x && b) return ScaleRowDotSpan<T, kCan, true, true, true>(g, s, out, x, b, j0, j1, n, part, ahead);
-    if (x) return ScaleRowDotSpan<T, kCan, true, true, false>(g, s, out, x, b, j0, j1, n, part, ahead);
-    return ScaleRowDotSpan<T, kCan, true, false, false>(g, s, out, x, b, j0, j1, n, part, ahead);
+  if (kCan && stream && StreamAligned(r.out)) {
+    if (r.x && r.b) return ScaleRowDotUnit<T, kCan, true, true, true>(r, s, n);
+    if (r.x) return ScaleRowDotUnit<T, kCan, true, true, false>(r, s, n);
+    return ScaleRowDotUnit<T, kCan, true, false, false>(r, s, n);
   }
-  if (x && b) return ScaleRowDotSpan<T, false, true, true, true>(g, s, out, x, b, j0, j1, n, part, ahead);
-  if (x) return ScaleRowDotSpan<T, false, true, true, false>(g, s, out, x, b, j0, j1, n, part, ahead);
-  return ScaleRowDotSpan<T, false, true, false, false>(g, s, out, x, b, j0, j1, n, part, ahead);
+  if (r.x && r.b) return ScaleRowDotUnit<T, false, true, true, true>(r, s, n);
+  if (r.x) return ScaleRowDotUnit<T, false, true, true, false>(r, s, n);
+  return ScaleRowDotUnit<T, false, true, false, false>(r, s, n);
 }
 
-// SumRowsOf for unit-stride rows given as pointers rows[0..count) with scales[m] (every scale 1 when scales
-// is null), streaming the stores when kStream.
+
+// How far ahead of the loads SumRowPtrsUnit prefetches each of its rows.
+constexpr int64_t kGatherPrefetchBytes = 1024;
+
+// dst = rne(rows[0] + rows[1] + ... + rows[count - 1]) for unit-stride rows, count >= 1, summed left to right:
+// SumRowsOf with every scale 1 (a multiplication by 1 is exact, and the compiler drops it there too). Two
+// vectors per step, so that each step reads whole cache lines of 16-bit rows. Each row is prefetched ahead of
+// the loads, and near its end so is the same row of the next call's next_rows[0..next_count).
 template <typename T, bool kStream>
-HWY_NOINLINE void SumRowPtrsUnit(int64_t count, const T* const* rows, const float* scales, T* HWY_RESTRICT dst,
-                                 int64_t n) {
+HWY_NOINLINE void SumRowPtrsUnit(int64_t count, const T* const* rows, int64_t next_count, const T* const* next_rows,
+                                 T* HWY_RESTRICT dst, int64_t n) {
   const DF d;
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
-  const float s0 = scales ? scales[0] : 1.0f;
+  constexpr int64_t kAhead = kGatherPrefetchBytes / static_cast<int64_t>(sizeof(T));
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   const T* r0 = rows[0];
-  const VF vs0 = hn::Set(d, s0);
   int64_t j = 0;
-  for (; j + kL <= n; j += kL) {
-    VF acc = hn::Mul(LoadF32(d, r0 + j), vs0);
-    for (int64_t m = 1; m < count; ++m) {
-      acc = hn::Add(acc, hn::Mul(LoadF32(d, rows[m] + j), hn::Set(d, scales ? scales[m] : 1.0f)));
+  for (; j + 2 * kL <= n; j += 2 * kL) {
+    for (int64_t m = 0; m < count; ++m) {
+      const T* next = m < next_count ? next_rows[m] : nullptr;
+      for (int64_t o = 0; o < 2 * kL; o += kLine) PrefetchAhead(rows[m], next, j + kAhead + o, n);
     }
+    VF a0 = LoadF32(d, r0 + j);
+    VF a1 = LoadF32(d, r0 + j + kL);
+    for (int64_t m = 1; m < count; ++m) {
+      a0 = hn::Add(a0, LoadF32(d, rows[m] + j));
+      a1 = hn::Add(a1, LoadF32(d, rows[m] + j + kL));
+    }
+    PutF32<kStream>(d, a0, dst + j);
+    PutF32<kStream>(d, a1, dst + j + kL);
+  }
+  for (; j + kL <= n; j += kL) {
+    VF acc = LoadF32(d, r0 + j);
+    for (int64_t m = 1; m < count; ++m) acc = hn::Add(acc, LoadF32(d, rows[m] + j));
     PutF32<kStream>(d, acc, dst + j);
   }
   for (; j < n; ++j) {
-    float acc = ToF32(r0[j]) * s0;
-    for (int64_t m = 1; m < count; ++m) acc += ToF32(rows[m][j]) * (scales ? scales[m] : 1.0f);
+    float acc = ToF32(r0[j]);
+    for (int64_t m = 1; m < count; ++m) acc += ToF32(rows[m][j]);
     dst[j] = FromF32<T>(acc);
   }
 }
 
-template <typename T>
-HWY_INLINE void SumRowPtrs(int64_t count, const T* const* rows, const float* scales, T* dst, bool stream,
-                           int64_t n) {
-  if (count == 0) return ZeroRowUnit(dst, n, stream);
-  const float s0 = scales ? scales[0] : 1.0f;
-  const bool streamed = stream && StreamAligned(dst);
-  if (count == 1) {
-    ScaleRowDotSpanOf<T>(rows[0], s0, dst, stream, nullptr, nullptr, 0, n, n, nullptr, nullptr);
-    return;
+// SumRowPtrsUnit for any number of rows, `row_at(m)` giving row m: a block of columns at a time is summed in
+// an fp32 buffer over all the rows, so no row pointer is looked up per vector.
+template <typename T, bool kStream, typename RowAt>
+HWY_NOINLINE void SumManyRowsUnit(int64_t count, const RowAt& row_at, T* HWY_RESTRICT dst, int64_t n) {
+  const DF d;
+  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+  constexpr int64_t kBlock = 1024;  // a multiple of every vector length: 4 KiB of fp32 sums
+  HWY_ALIGN float acc[kBlock];
+  const int64_t vec_end = n / kL * kL;  // vector code below this column, element by element above, as in SumRowsOf
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t j1 = std::min(n, j0 + kBlock);
+    const int64_t v1 = std::min(j1, vec_end);
+    for (int64_t m = 0; m < count; ++m) {
+      const T* r = row_at(m);
+      int64_t j = j0;
+      for (; j < v1; j += kL) {
+        const VF v = LoadF32(d, r + j);
+        hn::Store(m == 0 ? v : hn::Add(hn::Load(d, acc + (j - j0)), v), d, acc + (j - j0));
+      }
+      for (; j < j1; ++j) acc[j - j0] = m == 0 ? ToF32(r[j]) : acc[j - j0] + ToF32(r[j]);
+    }
+    int64_t j = j0;
+    for (; j < v1; j += kL) PutF32<kStream>(d, hn::Load(d, acc + (j - j0)), dst + j);
+    for (; j < j1; ++j) dst[j] = FromF32<T>(acc[j - j0]);
   }
-  if (streamed) SumRowPtrsUnit<T, CanStream<T>()>(count, rows, scales, dst, n);
-  else SumRowPtrsUnit<T, false>(count, rows, scales, dst, n);
+}
+
+// SumRowsOf with every scale 1 for unit-stride rows given as pointers; streams the stores when `stream` and
+// dst is aligned for it.
+template <typename T>
+HWY_INLINE void SumRowPtrs(int64_t count, const T* const* rows, int64_t next_count, const T* const* next_rows,
+                           T* dst, bool stream, int64_t n) {
+  if (count == 0) return ZeroRowUnit(dst, n, stream);
+  if (CanStream<T>() && stream && StreamAligned(dst)) {
+    SumRowPtrsUnit<T, CanStream<T>()>(count, rows, next_count, next_rows, dst, n);
+  } else {
+    SumRowPtrsUnit<T, false>(count, rows, next_count, next_rows, dst, n);
+  }
 }
 
 }  // namespace moegrad::kernels::HWY_NAMESPACE

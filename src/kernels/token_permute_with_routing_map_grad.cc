@@ -14,21 +14,46 @@ namespace moegrad::kernels::HWY_NAMESPACE {
 constexpr int64_t kStreamMinBytes = int64_t{8} << 20;
 // A thread should move at least this much.
 constexpr int64_t kBytesPerThread = int64_t{256} << 10;
-// Row pointers of one output row looked up once rather than once per vector (more take the generic path).
+// Up to this many rows are summed in one pass over the columns (more take a block of columns at a time).
 constexpr int64_t kCached = 32;
 
-// dst = rne(sum of the `count` rows row_at(0..count)), in that order (zero when count is 0).
-template <typename T, typename RowAt>
-HWY_INLINE void GatherSum(int64_t count, const RowAt& row_at, int64_t src_stride, T* dst, int64_t dst_stride,
-                          int64_t n, bool stream) {
-  if (count <= kCached && src_stride == 1 && dst_stride == 1) {
-    const T* rows[kCached] = {};  // initialized only to keep -Wmaybe-uninitialized quiet
-    for (int64_t m = 0; m < count; ++m) rows[m] = row_at(m);
-    SumRowPtrs<T>(count, rows, nullptr, dst, stream, n);
-    return;
+// tokensGrad[t] = rne(sum of the count_of(t) rows row_of(t, 0..count)), in that order (zero when there are
+// none), for t in [begin, end). Each token's row pointers are looked up once, one token ahead, so that the
+// next token's rows can be prefetched while this one's end.
+template <typename T, typename CountOf, typename RowOf>
+void GatherSums(const PermuteGradProblem& p, int64_t begin, int64_t end, const CountOf& count_of,
+                const RowOf& row_of, bool stream) {
+  const int64_t H = p.hidden;
+  const bool unit = p.grad.col_stride == 1 && p.tokens_grad.col_stride == 1;
+  const T* rows[2][kCached] = {};
+  int64_t counts[2] = {0, 0};
+  auto look_up = [&](int64_t t, int slot) {
+    counts[slot] = count_of(t);
+    if (counts[slot] > kCached) return;
+    for (int64_t m = 0; m < counts[slot]; ++m) rows[slot][m] = p.grad.Row<const T>(row_of(t, m));
+  };
+  int cur = 0;
+  if (begin < end) look_up(begin, cur);
+  for (int64_t t = begin; t < end; ++t) {
+    const int nxt = cur ^ 1;
+    counts[nxt] = 0;
+    if (t + 1 < end) look_up(t + 1, nxt);
+    const int64_t count = counts[cur];
+    T* dst = p.tokens_grad.Row<T>(t);
+    auto row_at = [&](int64_t m) { return p.grad.Row<const T>(row_of(t, m)); };
+    if (!unit) {
+      SumRowsOf<T>(
+          count, [&](int64_t m, float* scale) { *scale = 1.0f; return row_at(m); }, p.grad.col_stride, dst,
+          p.tokens_grad.col_stride, H);
+    } else if (count <= kCached) {
+      SumRowPtrs<T>(count, rows[cur], counts[nxt] <= kCached ? counts[nxt] : 0, rows[nxt], dst, stream, H);
+    } else if (CanStream<T>() && stream && StreamAligned(dst)) {
+      SumManyRowsUnit<T, CanStream<T>()>(count, row_at, dst, H);
+    } else {
+      SumManyRowsUnit<T, false>(count, row_at, dst, H);
+    }
+    cur = nxt;
   }
-  SumRowsOf<T>(
-      count, [&](int64_t m, float* scale) { *scale = 1.0f; return row_at(m); }, src_stride, dst, dst_stride, n);
 }
 
 template <typename T>
@@ -39,34 +64,51 @@ void DroplessTyped(const PermuteGradProblem& p) {
   const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
   const bool stream = p.tokens * row_bytes >= kStreamMinBytes;
   const int64_t moved = p.tokens * (K + 1) * row_bytes;
-  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
-    int64_t begin, end;
-    internal::Balance211(p.tokens, parts, part, &begin, &end);
-    for (int64_t t = begin; t < end; ++t) {
-      GatherSum<T>(
-          K, [&](int64_t k) { return p.grad.Row<const T>(p.sorted_indices.At<const int32_t>(t * K + k)); },
-          p.grad.col_stride, p.tokens_grad.Row<T>(t), p.tokens_grad.col_stride, H, stream);
-    }
-    if (stream) hwy::FlushStream();
-  });
-  if (p.probs_grad.data == nullptr) return;
   // probsGrad: the routed (t, e) take permutedProbsOutputGrad in expert-major order. Each block of token
   // rows starts from its own cursors, so blocks are independent and every entry is written exactly once.
   const int64_t E = p.experts;
   const int64_t es = p.probs_grad.col_stride;
   const int64_t ms = p.routing_map.col_stride;
-  internal::ParallelFor(0, NumBlocks(p), 1, [&](int64_t b_begin, int64_t b_end) {
-    for (int64_t b = b_begin; b < b_end; ++b) {
-      int64_t* cursor = p.cursors + b * E;
-      const int64_t t_end = std::min(p.tokens, (b + 1) * p.block_rows);
-      for (int64_t t = b * p.block_rows; t < t_end; ++t) {
-        const uint8_t* map = p.routing_map.Row<const uint8_t>(t);
-        T* dst = p.probs_grad.Row<T>(t);
+  const bool has_probs = p.probs_grad.data != nullptr;
+  auto probs_rows = [&](int64_t b) {
+    int64_t* cursor = p.cursors + b * E;
+    const int64_t t_end = std::min(p.tokens, (b + 1) * p.block_rows);
+    for (int64_t t = b * p.block_rows; t < t_end; ++t) {
+      const uint8_t* map = p.routing_map.Row<const uint8_t>(t);
+      T* dst = p.probs_grad.Row<T>(t);
+      if (es != 1 || ms != 1) {
         for (int64_t e = 0; e < E; ++e) {
           dst[e * es] = map[e * ms] != 0 ? p.probs_grad_in.At<const T>(cursor[e]++) : FromF32<T>(0.0f);
         }
+        continue;
+      }
+      // Few entries are routed: zero the row, then skip unrouted experts eight map bytes at a time.
+      ZeroRow(dst, 1, E);
+      int64_t e = 0;
+      for (; e + 8 <= E; e += 8) {
+        uint64_t word;
+        std::memcpy(&word, map + e, sizeof(word));
+        if (word == 0) continue;
+        for (int64_t f = e; f < e + 8; ++f) {
+          if (map[f] != 0) dst[f] = p.probs_grad_in.At<const T>(cursor[f]++);
+        }
+      }
+      for (; e < E; ++e) {
+        if (map[e] != 0) dst[e] = p.probs_grad_in.At<const T>(cursor[e]++);
       }
     }
+  };
+  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+    int64_t begin, end;
+    internal::Balance211(p.tokens, parts, part, &begin, &end);
+    GatherSums<T>(
+        p, begin, end, [&](int64_t) { return K; },
+        [&](int64_t t, int64_t k) { return p.sorted_indices.At<const int32_t>(t * K + k); }, stream);
+    if (stream) hwy::FlushStream();
+    if (!has_probs) return;
+    int64_t b_begin, b_end;
+    internal::Balance211(NumBlocks(p), parts, part, &b_begin, &b_end);
+    for (int64_t b = b_begin; b < b_end; ++b) probs_rows(b);
   });
 }
 
@@ -84,13 +126,12 @@ void DropPadTyped(const PermuteGradProblem& p) {
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t begin, end;
     internal::BalanceByCost(p.tokens, parts, part, [&](int64_t t) { return p.offsets[t] + t; }, &begin, &end);
-    for (int64_t t = begin; t < end; ++t) {
+    GatherSums<T>(
+        p, begin, end, [&](int64_t t) { return p.offsets[t + 1] - p.offsets[t]; },
+        [&](int64_t t, int64_t m) { return p.slots[p.offsets[t] + m]; }, stream);
+    for (int64_t t = begin; t < end && has_probs; ++t) {
       const int64_t* first = p.slots + p.offsets[t];
       const int64_t count = p.offsets[t + 1] - p.offsets[t];
-      GatherSum<T>(
-          count, [&](int64_t m) { return p.grad.Row<const T>(first[m]); }, p.grad.col_stride,
-          p.tokens_grad.Row<T>(t), p.tokens_grad.col_stride, H, stream);
-      if (!has_probs) continue;
       T* dst = p.probs_grad.Row<T>(t);
       const int64_t es = p.probs_grad.col_stride;
       ZeroRow(dst, es, p.experts);

@@ -21,7 +21,6 @@ class FinalizeGradPlan final : public internal::PlanBase {
   uint64_t offsets_at = 0;
   uint64_t pairs_at = 0;
   uint64_t token_cost_at = 0;
-  uint64_t partials_at = 0;
 
   void SetWorkspace(const internal::WorkspaceLayout& layout) { workspace_size_ = layout.size(); }
 
@@ -82,10 +81,6 @@ class FinalizeGradPlan final : public internal::PlanBase {
       run.writer = writer;
       run.token_cost = cost;
       run.zero_rows = q.rows - written;
-      if (q.bias.data != nullptr) {
-        run.bias_rows = bias_rows;
-        run.partials = internal::WorkspaceLayout::At<float>(workspace, partials_at);
-      }
       kernels::FinalizeRoutingV2Grad(run);
       return Status::Ok();
     }
@@ -265,7 +260,6 @@ Status PlanFinalizeRoutingV2Grad(const FinalizeRoutingV2GradParams& p, std::uniq
   out->offsets_at = layout.Add(static_cast<uint64_t>(rows) + 1, sizeof(int64_t));
   out->pairs_at = layout.Add(static_cast<uint64_t>(pairs), sizeof(int64_t));
   out->token_cost_at = layout.Add(static_cast<uint64_t>(R) + 1, sizeof(int64_t));
-  if (p.bias != nullptr) out->partials_at = layout.Add(static_cast<uint64_t>(pairs), 16 * sizeof(float));
   if (layout.overflowed()) return c.Fail(StatusCode::kInvalid, "the workspace size overflows 64 bits");
   out->SetWorkspace(layout);
   *plan = std::move(out);

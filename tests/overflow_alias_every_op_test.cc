@@ -1,0 +1,316 @@
+// Every operator, through the aclnn API and the C++ API: each output placed on each input and on each other
+// output is rejected by phase one with "<Op>: <output> overlaps <other> in memory"; each argument's element
+// and byte counts are checked for 64-bit overflow; attributes at the ends of int64 get a status.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_moe_finalize_routing_v2.h"
+#include "aclnnop/aclnn_moe_finalize_routing_v2_grad.h"
+#include "aclnnop/aclnn_moe_token_permute_with_routing_map.h"
+#include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
+#include "moegrad/ops.hpp"
+#include "tests/overflow_alias_util.h"
+
+namespace moegrad {
+namespace {
+
+using namespace moegrad::alias_testing;  // NOLINT
+
+// Tensors 1 MiB apart: a view moved onto one tensor's data touches no other.
+struct Arena {
+  std::vector<uint8_t> bytes = std::vector<uint8_t>(size_t{12} << 20);
+  void* Slot(int k) { return bytes.data() + (static_cast<size_t>(k) << 20); }
+};
+
+struct Named {
+  std::string name;
+  TensorView* view;
+};
+
+// One operator's small valid call (every optional tensor present, so every output is written), its tensors
+// by name in the order the operator checks them, and phase one through either API.
+struct OpUnderTest {
+  std::string op;
+  std::vector<Named> inputs, outputs;
+  std::function<Outcome()> cpp, acl;
+};
+
+template <typename Args>
+Outcome CppOutcome(const Args& a, Status (*plan_fn)(const Args&, Plan*)) {
+  Plan plan;
+  const Status s = plan_fn(a, &plan);
+  return {static_cast<int>(s.code()), s.message()};
+}
+
+// The aclnn phase one `call(workspaceSize, executor)`; a successful executor is destroyed unrun.
+Outcome AclOutcome(const std::function<aclnnStatus(uint64_t*, aclOpExecutor**)>& call) {
+  uint64_t ws = 0;
+  aclOpExecutor* ex = nullptr;
+  const aclnnStatus st = call(&ws, &ex);
+  if (st == ACLNN_SUCCESS) aclDestroyAclOpExecutor(ex);
+  return {st, st == ACLNN_SUCCESS ? "" : aclGetRecentErrMsg()};
+}
+
+OpUnderTest FinalizeGradOp(Arena& arena, FinalizeRoutingV2GradArgs& a) {
+  a = FinalizeRoutingV2GradArgs();
+  a.grad_y = TensorView(arena.Slot(0), DType::kFloat32, {4, 8});
+  a.expanded_row_idx = TensorView(arena.Slot(1), DType::kInt32, {8});
+  a.expanded_x = TensorView(arena.Slot(2), DType::kFloat32, {8, 8});
+  a.scales = TensorView(arena.Slot(3), DType::kFloat32, {4, 2});
+  a.expert_idx = TensorView(arena.Slot(4), DType::kInt32, {4, 2});
+  a.bias = TensorView(arena.Slot(5), DType::kFloat32, {3, 8});
+  a.grad_expanded_x = TensorView(arena.Slot(6), DType::kFloat32, {8, 8});
+  a.grad_scales = TensorView(arena.Slot(7), DType::kFloat32, {4, 2});
+  OpUnderTest t;
+  t.op = "MoeFinalizeRoutingV2Grad";
+  t.inputs = {{"gradY", &a.grad_y}, {"expandedRowIdx", &a.expanded_row_idx}, {"expandedX", &*a.expanded_x},
+              {"scales", &*a.scales}, {"expertIdx", &*a.expert_idx}, {"bias", &*a.bias}};
+  t.outputs = {{"gradExpandedXOut", &a.grad_expanded_x}, {"gradScalesOut", &*a.grad_scales}};
+  t.cpp = [&a] { return CppOutcome(a, PlanFinalizeRoutingV2Grad); };
+  t.acl = [&a] { return AclPlan(a); };
+  return t;
+}
+
+OpUnderTest FinalizeOp(Arena& arena, FinalizeRoutingV2Args& a) {
+  a = FinalizeRoutingV2Args();
+  a.expanded_x = TensorView(arena.Slot(0), DType::kBFloat16, {8, 8});
+  a.expanded_row_idx = TensorView(arena.Slot(1), DType::kInt32, {8});
+  a.x1 = TensorView(arena.Slot(2), DType::kBFloat16, {4, 8});
+  a.x2 = TensorView(arena.Slot(3), DType::kBFloat16, {4, 8});
+  a.bias = TensorView(arena.Slot(4), DType::kBFloat16, {3, 8});
+  a.scales = TensorView(arena.Slot(5), DType::kBFloat16, {4, 2});
+  a.expert_idx = TensorView(arena.Slot(6), DType::kInt32, {4, 2});
+  a.drop_pad_mode = 2;
+  a.out = TensorView(arena.Slot(7), DType::kBFloat16, {4, 8});
+  OpUnderTest t;
+  t.op = "MoeFinalizeRoutingV2";
+  t.inputs = {{"expandedX", &a.expanded_x}, {"expandedRowIdx", &a.expanded_row_idx}, {"x1", &*a.x1},
+              {"x2", &*a.x2},           {"bias", &*a.bias},     {"scales", &*a.scales},
+              {"expertIdx", &*a.expert_idx}};
+  t.outputs = {{"out", &a.out}};
+  t.cpp = [&a] { return CppOutcome(a, PlanFinalizeRoutingV2); };
+  t.acl = [&a] {
+    AclTensorPtr x = ToAcl(a.expanded_x), idx = ToAcl(a.expanded_row_idx), x1 = ToAcl(a.x1), x2 = ToAcl(a.x2),
+                 b = ToAcl(a.bias), s = ToAcl(a.scales), e = ToAcl(a.expert_idx), o = ToAcl(a.out);
+    return AclOutcome([&](uint64_t* ws, aclOpExecutor** ex) {
+      return aclnnMoeFinalizeRoutingV2GetWorkspaceSize(x.get(), idx.get(), x1.get(), x2.get(), b.get(), s.get(),
+                                                       e.get(), a.drop_pad_mode, o.get(), ws, ex);
+    });
+  };
+  return t;
+}
+
+OpUnderTest PermuteOp(Arena& arena, TokenPermuteWithRoutingMapArgs& a) {
+  a = TokenPermuteWithRoutingMapArgs();
+  a.tokens = TensorView(arena.Slot(0), DType::kFloat16, {4, 8});
+  a.routing_map = TensorView(arena.Slot(1), DType::kInt8, {4, 3});
+  a.probs = TensorView(arena.Slot(2), DType::kFloat16, {4, 3});
+  a.num_out_tokens = 8;
+  a.permute_tokens = TensorView(arena.Slot(3), DType::kFloat16, {8, 8});
+  a.permute_probs = TensorView(arena.Slot(4), DType::kFloat16, {8});
+  a.sorted_indices = TensorView(arena.Slot(5), DType::kInt32, {8});
+  OpUnderTest t;
+  t.op = "MoeTokenPermuteWithRoutingMap";
+  t.inputs = {{"tokens", &a.tokens}, {"routingMap", &a.routing_map}, {"probs", &*a.probs}};
+  t.outputs = {{"permuteTokensOut", &a.permute_tokens}, {"permuteProbsOut", &*a.permute_probs},
+               {"sortedIndicesOut", &a.sorted_indices}};
+  t.cpp = [&a] { return CppOutcome(a, PlanTokenPermuteWithRoutingMap); };
+  t.acl = [&a] {
+    AclTensorPtr tok = ToAcl(a.tokens), map = ToAcl(a.routing_map), pr = ToAcl(a.probs),
+                 o = ToAcl(a.permute_tokens), op = ToAcl(a.permute_probs), si = ToAcl(a.sorted_indices);
+    return AclOutcome([&](uint64_t* ws, aclOpExecutor** ex) {
+      return aclnnMoeTokenPermuteWithRoutingMapGetWorkspaceSize(tok.get(), map.get(), pr.get(), a.num_out_tokens,
+                                                                a.drop_and_pad, o.get(), op.get(), si.get(), ws, ex);
+    });
+  };
+  return t;
+}
+
+OpUnderTest PermuteGradOp(Arena& arena, TokenPermuteWithRoutingMapGradArgs& a) {
+  a = TokenPermuteWithRoutingMapGradArgs();
+  a.permuted_token_output_grad = TensorView(arena.Slot(0), DType::kFloat32, {8, 8});
+  a.permuted_probs_output_grad = TensorView(arena.Slot(1), DType::kFloat32, {8});
+  a.sorted_indices = TensorView(arena.Slot(2), DType::kInt32, {8});
+  a.routing_map = TensorView(arena.Slot(3), DType::kBool, {4, 3});
+  a.num_experts = 3;
+  a.tokens_num = 4;
+  a.tokens_grad = TensorView(arena.Slot(4), DType::kFloat32, {4, 8});
+  a.probs_grad = TensorView(arena.Slot(5), DType::kFloat32, {4, 3});
+  OpUnderTest t;
+  t.op = "MoeTokenPermuteWithRoutingMapGrad";
+  t.inputs = {{"permutedTokenOutputGrad", &a.permuted_token_output_grad},
+              {"permutedProbsOutputGrad", &*a.permuted_probs_output_grad},
+              {"sortedIndices", &a.sorted_indices},
+              {"routingMap", &*a.routing_map}};
+  t.outputs = {{"tokensGradOut", &a.tokens_grad}, {"probsGradOut", &*a.probs_grad}};
+  t.cpp = [&a] { return CppOutcome(a, PlanTokenPermuteWithRoutingMapGrad); };
+  t.acl = [&a] {
+    AclTensorPtr g = ToAcl(a.permuted_token_output_grad), pg = ToAcl(a.permuted_probs_output_grad),
+                 si = ToAcl(a.sorted_indices), map = ToAcl(a.routing_map), tg = ToAcl(a.tokens_grad),
+                 pgo = ToAcl(a.probs_grad);
+    return AclOutcome([&](uint64_t* ws, aclOpExecutor** ex) {
+      return aclnnMoeTokenPermuteWithRoutingMapGradGetWorkspaceSize(g.get(), pg.get(), si.get(), map.get(),
+                                                                    a.num_experts, a.tokens_num, a.drop_and_pad,
+                                                                    tg.get(), pgo.get(), ws, ex);
+    });
+  };
+  return t;
+}
+
+// Runs `check` on each operator's fresh small call.
+void ForEachOp(const std::function<void(OpUnderTest&)>& check) {
+  Arena arena;
+  FinalizeRoutingV2GradArgs fg;
+  FinalizeRoutingV2Args ff;
+  TokenPermuteWithRoutingMapArgs pf;
+  TokenPermuteWithRoutingMapGradArgs pg;
+  const std::function<OpUnderTest()> makers[] = {[&] { return FinalizeGradOp(arena, fg); },
+                                                 [&] { return FinalizeOp(arena, ff); },
+                                                 [&] { return PermuteOp(arena, pf); },
+                                                 [&] { return PermuteGradOp(arena, pg); }};
+  for (const auto& make : makers) {
+    OpUnderTest t = make();
+    SCOPED_TRACE(t.op);
+    check(t);
+  }
+}
+
+TEST(EveryOperatorAlias, SmallCallsAreAccepted) {
+  ForEachOp([](OpUnderTest& t) {
+    EXPECT_EQ(t.cpp().status, 0) << t.cpp().message;
+    EXPECT_EQ(t.acl().status, 0) << t.acl().message;
+  });
+}
+
+TEST(EveryOperatorAlias, EachOutputOnEachInputAndOnEachOtherOutputIsRejected) {
+  ForEachOp([](OpUnderTest& t) {
+    for (size_t o = 0; o < t.outputs.size(); ++o) {
+      std::vector<std::pair<Named, std::string>> others;  // (tensor, the message naming the pair)
+      for (const Named& in : t.inputs) others.push_back({in, t.outputs[o].name + " overlaps " + in.name});
+      for (size_t p = 0; p < t.outputs.size(); ++p) {
+        if (p == o) continue;
+        // Found while checking whichever of the two outputs comes first.
+        const Named& first = t.outputs[std::min(o, p)];
+        const Named& second = t.outputs[std::max(o, p)];
+        others.push_back({t.outputs[p], first.name + " overlaps " + second.name});
+      }
+      TensorView* out = t.outputs[o].view;
+      void* const own = out->data;
+      for (const auto& [other, pair] : others) {
+        SCOPED_TRACE(t.outputs[o].name + " on " + other.name);
+        const std::string want = t.op + ": " + pair + " in memory";
+        out->data = other.view->data;
+        EXPECT_EQ(t.cpp().message, want);
+        EXPECT_EQ(t.acl().message, want);
+        out->data = static_cast<char*>(other.view->data) + other.view->element_size();  // one element in
+        EXPECT_EQ(t.cpp().status, ACLNN_ERR_PARAM_INVALID);
+      }
+      out->data = own;
+    }
+  });
+}
+
+TEST(EveryOperatorOverflow, EachArgumentsElementCountIsChecked) {
+  ForEachOp([](OpUnderTest& t) {
+    std::vector<Named> all = t.inputs;
+    all.insert(all.end(), t.outputs.begin(), t.outputs.end());
+    const int64_t big = int64_t{1} << 40;
+    for (const Named& n : all) {
+      SCOPED_TRACE(n.name);
+      const TensorView saved = *n.view;
+      *n.view = View2D(saved.data, saved.dtype, big, big, 1, 1);
+      EXPECT_EQ(t.cpp().message, t.op + ": " + n.name + " of shape (" + std::to_string(big) + ", " +
+                                     std::to_string(big) + ") overflows 64-bit element offsets");
+      // Element offsets fit, bytes do not (one-byte elements cannot get there).
+      if (saved.element_size() > 1) {
+        *n.view = View2D(saved.data, saved.dtype, 2, 2, int64_t{1} << 62, 1);
+        EXPECT_EQ(t.cpp().message, t.op + ": " + n.name + " of shape (2, 2) overflows 64-bit byte offsets");
+      }
+      *n.view = saved;
+    }
+  });
+}
+
+// Attributes at the ends of int64 with empty tensors that agree with them: phase one must answer with a
+// status (never wrap a size or overflow in its own arithmetic: the sanitizer build aborts on that).
+TEST(EveryOperatorOverflow, ExtremeAttributesWithEmptyTensors) {
+  const int64_t kMax = INT64_MAX, kMin = INT64_MIN;
+  auto expect_status = [](const Outcome& o, const char* what) {
+    EXPECT_TRUE(o.status == 0 || o.status == ACLNN_ERR_PARAM_INVALID) << what << ": " << o.status << " " << o.message;
+  };
+  for (const int64_t v : {kMax, kMax - 1, kMin, int64_t{1} << 62, int64_t{-1}}) {
+    SCOPED_TRACE(v);
+    // MoeFinalizeRoutingV2Grad, mode 1 with E = v (C = 1) and mode 0 with activeNum = v.
+    FinalizeRoutingV2GradArgs g = DropPadArgs(v > 0 ? v : 1, 1);
+    expect_status(CppPlan(g), "finalize grad expertNum");
+    g.drop_pad_mode = v;
+    expect_status(CppPlan(g), "finalize grad dropPadMode");
+    g = DropPadArgs(2, 2);
+    g.drop_pad_mode = 0;
+    g.active_num = v;
+    g.grad_expanded_x = TensorView(Fake(2), DType::kBFloat16, {2, 0});
+    expect_status(CppPlan(g), "finalize grad activeNum");
+    expect_status(AclPlan(g), "finalize grad activeNum (aclnn)");
+
+    // MoeFinalizeRoutingV2, drop/pad with E = v experts of capacity 1; and dropPadMode = v.
+    FinalizeRoutingV2Args f;
+    f.expanded_x = TensorView(Fake(0), DType::kFloat32, {v > 0 ? v : 1, 1, 0});
+    f.expanded_row_idx = TensorView(Fake(1), DType::kInt32, {0});
+    f.drop_pad_mode = 3;
+    f.out = TensorView(Fake(2), DType::kFloat32, {0, 0});
+    expect_status(CppOutcome(f, PlanFinalizeRoutingV2), "finalize experts");
+    f.drop_pad_mode = v;
+    expect_status(CppOutcome(f, PlanFinalizeRoutingV2), "finalize dropPadMode");
+
+    // MoeTokenPermuteWithRoutingMap: T = v tokens of hidden size 0, no experts; numOutTokens = v.
+    for (const bool dp : {false, true}) {
+      TokenPermuteWithRoutingMapArgs p;
+      const int64_t tokens = v > 0 ? v : 1;
+      p.tokens = TensorView(Fake(0), DType::kFloat32, {tokens, 0});
+      p.routing_map = TensorView(Fake(1), DType::kBool, {tokens, 0});
+      p.drop_and_pad = dp;
+      p.permute_tokens = TensorView(Fake(2), DType::kFloat32, {0, 0});
+      p.sorted_indices = TensorView(Fake(3), DType::kInt32, {0});
+      expect_status(CppOutcome(p, PlanTokenPermuteWithRoutingMap), "permute tokens");
+      p.num_out_tokens = v;
+      expect_status(CppOutcome(p, PlanTokenPermuteWithRoutingMap), "permute numOutTokens");
+    }
+
+    // MoeTokenPermuteWithRoutingMapGrad: tokensNum = v and numExperts = v, N = 0 rows.
+    for (const bool dp : {false, true}) {
+      TokenPermuteWithRoutingMapGradArgs q;
+      q.permuted_token_output_grad = TensorView(Fake(0), DType::kFloat32, {0, 0});
+      q.sorted_indices = TensorView(Fake(1), DType::kInt32, {0});
+      q.num_experts = v;
+      q.tokens_num = v;
+      q.drop_and_pad = dp;
+      q.tokens_grad = TensorView(Fake(2), DType::kFloat32, {v > 0 ? v : 1, 0});
+      expect_status(CppOutcome(q, PlanTokenPermuteWithRoutingMapGrad), "permute grad tokensNum");
+      q.num_experts = 4;
+      expect_status(CppOutcome(q, PlanTokenPermuteWithRoutingMapGrad), "permute grad tokensNum, 4 experts");
+    }
+  }
+}
+
+TEST(EveryOperatorOverflow, PermuteGradWorkspaceOverflowIsRejected) {
+  // Drop-and-pad keeps a (T + 1)-entry offset table: 2^62 tokens need 2^65 bytes.
+  TokenPermuteWithRoutingMapGradArgs q;
+  q.permuted_token_output_grad = TensorView(Fake(0), DType::kFloat32, {0, 0});
+  q.sorted_indices = TensorView(Fake(1), DType::kInt32, {0});
+  q.num_experts = 1;
+  q.tokens_num = int64_t{1} << 62;
+  q.drop_and_pad = true;
+  q.tokens_grad = TensorView(Fake(2), DType::kFloat32, {q.tokens_num, 0});
+  const Outcome o = CppOutcome(q, PlanTokenPermuteWithRoutingMapGrad);
+  EXPECT_EQ(o.status, ACLNN_ERR_PARAM_INVALID);
+  EXPECT_EQ(o.message, "MoeTokenPermuteWithRoutingMapGrad: the workspace size overflows 64 bits");
+}
+
+}  // namespace
+}  // namespace moegrad
