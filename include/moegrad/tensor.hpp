@@ -56,10 +56,12 @@ struct TensorView {
       : data(data_), dtype(dtype_), rank(static_cast<int>(sizes_.size())) {
     int d = 0;
     for (int64_t s : sizes_) sizes[d++] = s;
-    int64_t stride = 1;
+    // Unsigned: a shape too large for int64 wraps here (and is rejected by the operators) instead of
+    // being undefined behaviour.
+    uint64_t stride = 1;
     for (d = rank - 1; d >= 0; --d) {
-      strides[d] = stride;
-      stride *= sizes[d];
+      strides[d] = static_cast<int64_t>(stride);
+      stride *= static_cast<uint64_t>(sizes[d]);
     }
   }
   // A strided view; `strides_` has as many entries as `sizes_`.
@@ -73,9 +75,9 @@ struct TensorView {
   int64_t size(int d) const { return sizes[d]; }
   int64_t stride(int d) const { return strides[d]; }
   int64_t numel() const {
-    int64_t n = 1;
-    for (int d = 0; d < rank; ++d) n *= sizes[d];
-    return n;
+    uint64_t n = 1;  // wraps for shapes the operators reject as overflowing
+    for (int d = 0; d < rank; ++d) n *= static_cast<uint64_t>(sizes[d]);
+    return static_cast<int64_t>(n);
   }
   size_t element_size() const { return ElementSize(dtype); }
   bool is_contiguous() const {

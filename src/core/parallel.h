@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "src/core/int_math.h"
+
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
@@ -30,7 +32,7 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
   const int64_t n = end - begin;
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  int threads = static_cast<int>(std::min<int64_t>(MaxThreads(), (n + grain - 1) / grain));
+  int threads = static_cast<int>(std::min<int64_t>(MaxThreads(), CeilDiv(n, grain)));
 #if defined(_OPENMP)
   if (omp_in_parallel()) threads = 1;
 #endif

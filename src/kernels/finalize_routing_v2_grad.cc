@@ -93,6 +93,7 @@ void FinalizeGradOneWriterTyped(const FinalizeGradProblem& p) {
         if (i + 1 < r_end * K) rows_of(i + 1, &next);
         cur.x_next = next.x;
         cur.b_next = next.b;
+        cur.g_next = i + 1 == (r + 1) * K && r + 1 < r_end ? p.grad_y.Row<const T>(r + 1) : nullptr;
         if (!has_scales) {
           if (cur.out == nullptr) continue;
           if (unit) ScaleRowDot<T>(cur, 1.0f, stream, H);

@@ -14,7 +14,6 @@
 #endif
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 
@@ -119,11 +118,11 @@ constexpr bool CanStream() {
 #endif
 }
 
-// True when vector stores of T at dst (and at every whole vector after it) may stream.
+// True when vector stores of T at dst (and at every whole vector, or cache line, after it) may stream: dst
+// starts a cache line, which every vector store (at most a line wide) then stays aligned to.
 template <typename T>
 HWY_INLINE bool StreamAligned(const T* dst) {
-  constexpr size_t kBytes = hn::MaxLanes(DF()) * sizeof(T);
-  return CanStream<T>() && reinterpret_cast<uintptr_t>(dst) % kBytes == 0;
+  return CanStream<T>() && reinterpret_cast<uintptr_t>(dst) % 64 == 0;
 }
 
 // StoreF32 with a non-temporal store; p aligned to the stored vector, CanStream<T>().
@@ -283,10 +282,11 @@ struct ScaleDotRows {
   const T* b = nullptr;
   const T* x_next = nullptr;
   const T* b_next = nullptr;
+  const T* g_next = nullptr;  // the next call's g when it differs: prefetched whole, alongside this call's g
 };
 
 // How far ahead of the loads rows are prefetched.
-static const int64_t kRowPrefetchBytes = getenv("XPF") ? atoll(getenv("XPF")) : 4096;
+constexpr int64_t kRowPrefetchBytes = 4096;
 
 // Prefetches element a of a row of n elements, or element a - n of `next` (if any) past the end.
 template <typename T>
@@ -341,13 +341,14 @@ HWY_INLINE int64_t ScaleRowDotWide(const ScaleDotRows<hwy::bfloat16_t>& r, float
   const hwy::bfloat16_t* HWY_RESTRICT x = r.x;
   const hwy::bfloat16_t* HWY_RESTRICT b = r.b;
   hwy::bfloat16_t* HWY_RESTRICT out = r.out;
-  const int64_t kAhead = kRowPrefetchBytes / 2;
+  constexpr int64_t kAhead = kRowPrefetchBytes / 2;
   const __m512 vs = _mm512_set1_ps(s);
   __m512 a = acc->raw;
   int64_t j = 0;
   for (; j + 32 <= end; j += 32) {
     if (kX) PrefetchAhead(x, r.x_next, j + kAhead, n);
     if (kB) PrefetchAhead(b, r.b_next, j + kAhead, n);
+    if (r.g_next != nullptr) hwy::Prefetch(r.g_next + j);
     __m512 g0, g1;
     LoadBF16x32(g + j, &g0, &g1);
     if (kX || kB) {
@@ -388,7 +389,7 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n)
   constexpr size_t kLanes = hn::MaxLanes(DF());
   constexpr size_t kVecs = kParts / kLanes;
   constexpr int64_t kL = static_cast<int64_t>(kLanes);
-  const int64_t kAhead = kRowPrefetchBytes / static_cast<int64_t>(sizeof(T));
+  constexpr int64_t kAhead = kRowPrefetchBytes / static_cast<int64_t>(sizeof(T));
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   static_assert(kParts % kLanes == 0, "a vector must hold a whole number of partial sums");
   const DF d;
@@ -401,6 +402,7 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n)
     if (j % kLine == 0) {
       if (kX) PrefetchAhead(x, r.x_next, j + kAhead, n);
       if (kB) PrefetchAhead(b, r.b_next, j + kAhead, n);
+      if (r.g_next != nullptr) hwy::Prefetch(r.g_next + j);
     }
     for (size_t q = 0; q < kVecs; ++q) {
       const int64_t o = j + static_cast<int64_t>(q * kLanes);

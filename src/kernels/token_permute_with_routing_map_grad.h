@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "moegrad/tensor.hpp"
+#include "src/core/int_math.h"
 #include "src/kernels/kernel_types.h"
 
 namespace moegrad::kernels {
@@ -36,7 +37,7 @@ struct PermuteGradProblem {
   int64_t* cursors = nullptr;
 };
 
-inline int64_t NumBlocks(const PermuteGradProblem& p) { return (p.tokens + p.block_rows - 1) / p.block_rows; }
+inline int64_t NumBlocks(const PermuteGradProblem& p) { return internal::CeilDiv(p.tokens, p.block_rows); }
 
 // counts[b * E + e] = routed entries of expert e in token block b. Reads only the routing map.
 void CountRoutedPerBlock(const PermuteGradProblem& p, int64_t* counts);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <new>
 
+#include "src/core/int_math.h"
 #include "src/core/workspace.h"
 #include "src/kernels/token_permute_with_routing_map.h"
 #include "src/ops/checks.h"
@@ -160,13 +161,13 @@ Status PlanTokenPermuteWithRoutingMap(const TokenPermuteWithRoutingMapParams& p,
   q.topk = K;
   q.capacity = C;
   q.drop_and_pad = p.drop_and_pad;
-  int64_t block_tokens = std::max(kMinBlockTokens, (T + kMaxBlocks - 1) / kMaxBlocks);
+  int64_t block_tokens = std::max(kMinBlockTokens, internal::CeilDiv(T, kMaxBlocks));
   if (E > 0) {
     const int64_t max_blocks = std::max<int64_t>(1, kMaxCountEntries / E);
-    block_tokens = std::max(block_tokens, (T + max_blocks - 1) / max_blocks);
+    block_tokens = std::max(block_tokens, internal::CeilDiv(T, max_blocks));
   }
   q.block_tokens = block_tokens;
-  q.blocks = (T + block_tokens - 1) / block_tokens;
+  q.blocks = internal::CeilDiv(T, block_tokens);
   q.src_tokens = kernels::RowView::Of2D(tokens);
   q.map = static_cast<const uint8_t*>(map.data);
   q.map_row_stride = map.strides[0];

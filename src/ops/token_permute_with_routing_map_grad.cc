@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <new>
 
+#include "src/core/int_math.h"
 #include "src/core/workspace.h"
 #include "src/kernels/token_permute_with_routing_map_grad.h"
 #include "src/ops/checks.h"
@@ -196,7 +197,7 @@ Status PlanTokenPermuteWithRoutingMapGrad(const TokenPermuteWithRoutingMapGradPa
     q.probs_grad = kernels::RowView::Of2D(*p.probs_grad);
     if (!p.drop_and_pad) q.routing_map = kernels::RowView::Of2D(*p.routing_map);
   }
-  q.block_rows = std::max(kMinBlockRows, (T + kMaxProbBlocks - 1) / kMaxProbBlocks);
+  q.block_rows = std::max(kMinBlockRows, internal::CeilDiv(T, kMaxProbBlocks));
 
   internal::WorkspaceLayout layout;
   if (p.drop_and_pad) {

@@ -1,0 +1,123 @@
+// The gradient operators write outputs of 8 MiB and more with streaming (non-temporal) stores, and only rows
+// that start a cache line; the rest take ordinary stores. These cases are that large, with H = 2049 so that
+// successive rows start at every offset within a line (wherever the storage begins), and must match the
+// reference bit for bit on every SIMD target and thread count, rows nobody writes included.
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "moegrad/ops.hpp"
+#include "src/ref/reference.h"
+#include "tests/support/finalize_grad_tester.h"
+#include "tests/support/test_tensor.h"
+
+namespace moegrad {
+namespace {
+
+using testing::ElementBits;
+using testing::FinalizeGradTester;
+using testing::TestTensor;
+
+constexpr int64_t kHidden = 2049;  // rows of 8196 (f32) or 4098 (16-bit) bytes: every offset within a line
+
+TEST(GradStreamingStores, FinalizeDropless) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    // 2048 rows of gradExpandedX: 16.8 MB in f32, 8.4 MB in 16-bit types.
+    FinalizeGradTester().tokens(256).topk(8).hidden(kHidden).mode(0).bias(true).experts(64).seed(3)
+        .TestDeterminism(dtype);
+  }
+}
+
+TEST(GradStreamingStores, FinalizeDropPadWithUnwrittenRows) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    // 64 experts x 40 slots for 2048 pairs: some experts overflow (dropped pairs), others leave zero rows.
+    FinalizeGradTester().tokens(256).topk(8).hidden(kHidden).mode(1).experts(64).capacity(40).seed(4)
+        .TestDeterminism(dtype);
+  }
+}
+
+TEST(GradStreamingStores, FinalizeDuplicatesTakeTheGeneralPath) {
+  FinalizeGradTester().tokens(256).topk(8).hidden(kHidden).mode(0).duplicates(true).seed(5)
+      .TestDeterminism(DType::kBFloat16);
+}
+
+// Permute grad: tokensGrad of T = 2048 rows (8.4 MB in 16-bit types), dropless or drop-and-pad.
+void CheckPermute(DType dtype, bool drop_and_pad, uint64_t seed) {
+  SCOPED_TRACE(std::string(DTypeName(dtype)) + (drop_and_pad ? " drop-and-pad" : " dropless"));
+  const int64_t T = 2048, E = 16, K = 2, C = 256;
+  const int64_t N = drop_and_pad ? E * C : T * K;
+  std::mt19937_64 rng(seed);
+  TestTensor grad(dtype, {N, kHidden}, testing::Layout::kContiguous, seed);
+  grad.FillUniform(rng);
+  TestTensor probs_in(dtype, {N}, testing::Layout::kContiguous, seed + 1);
+  probs_in.FillUniform(rng);
+  TestTensor idx(DType::kInt32, {N}, testing::Layout::kContiguous, seed + 2);
+  TestTensor map(DType::kInt8, {T, E}, testing::Layout::kContiguous, seed + 3);
+  // K distinct experts per token; dropless rows are a permutation, drop-and-pad rows name any token.
+  std::vector<int64_t> experts(E);
+  for (int64_t t = 0; t < T; ++t) {
+    std::iota(experts.begin(), experts.end(), 0);
+    std::shuffle(experts.begin(), experts.end(), rng);
+    for (int64_t e = 0; e < E; ++e) map.SetI(t * E + e, 0);
+    for (int64_t k = 0; k < K; ++k) map.SetI(t * E + experts[k], 1);
+  }
+  std::vector<int64_t> rows(N);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  for (int64_t p = 0; p < N; ++p) idx.SetI(p, drop_and_pad ? static_cast<int64_t>(rng() % T) : rows[p]);
+
+  TestTensor want_tokens(dtype, {T, kHidden}, testing::Layout::kContiguous, seed + 4);
+  TestTensor want_probs(dtype, {T, E}, testing::Layout::kContiguous, seed + 5);
+  const TestTensor tokens_before = want_tokens, probs_before = want_probs;
+  auto args = [&](TestTensor& tokens, TestTensor& probs) {
+    TokenPermuteWithRoutingMapGradArgs a;
+    a.permuted_token_output_grad = grad;
+    a.permuted_probs_output_grad = probs_in.view();
+    a.sorted_indices = idx;
+    a.routing_map = map.view();
+    a.num_experts = E;
+    a.tokens_num = T;
+    a.drop_and_pad = drop_and_pad;
+    a.tokens_grad = tokens;
+    a.probs_grad = probs.view();
+    return a;
+  };
+  ref::TokenPermuteWithRoutingMapGrad(args(want_tokens, want_probs));
+
+  for (int threads : {1, 2, 3}) {
+    SetNumThreads(threads);
+    testing::ForEachSimdTarget([&] {
+      const std::string run = std::string(SimdTarget()) + " x " + std::to_string(threads) + " threads";
+      TestTensor tokens = tokens_before, probs = probs_before;
+      const Status s = TokenPermuteWithRoutingMapGrad(args(tokens, probs));
+      ASSERT_TRUE(s.ok()) << s.message() << " " << run;
+      int64_t bad = -1;
+      for (int64_t i = 0; i < tokens.numel() && bad < 0; ++i) {
+        if (ElementBits(tokens, i) != ElementBits(want_tokens, i)) bad = i;
+      }
+      EXPECT_EQ(bad, -1) << "tokensGrad element " << bad << " differs from the reference on " << run;
+      for (int64_t i = 0; i < probs.numel(); ++i) {
+        ASSERT_EQ(ElementBits(probs, i), ElementBits(want_probs, i)) << "probsGrad element " << i << " " << run;
+      }
+      EXPECT_TRUE(tokens.OutsideViewUnchanged(tokens_before.Snapshot())) << run;
+    });
+  }
+  SetNumThreads(0);
+}
+
+TEST(GradStreamingStores, PermuteDropless) {
+  CheckPermute(DType::kFloat32, false, 11);
+  CheckPermute(DType::kBFloat16, false, 12);
+}
+
+TEST(GradStreamingStores, PermuteDropAndPad) {
+  CheckPermute(DType::kFloat32, true, 13);
+  CheckPermute(DType::kFloat16, true, 14);
+}
+
+}  // namespace
+}  // namespace moegrad
