@@ -398,5 +398,21 @@ TEST(FinalizeGradBadArgumentExtra, MalformedViewsThroughCpp) {
   EXPECT_EQ(s.message(), std::string(kOp) + "the workspace size overflows 64 bits");
 }
 
+// A bias with no rows (and a null data pointer, valid for an empty view) admits no expert: every
+// expertIdx value is out of range, found in phase two before anything is written.
+TEST(FinalizeGradBadArgumentExtra, EmptyBiasRejectsEveryExpertIdx) {
+  FinalizeGradCase c = MakeBase(Base::kDropless);
+  FinalizeRoutingV2GradArgs a = c.Args();
+  a.bias = TensorView(nullptr, DType::kBFloat16, {0, 8});
+  const auto before = AllBytes(c);
+  Plan plan;
+  ASSERT_TRUE(PlanFinalizeRoutingV2Grad(a, &plan).ok());
+  const Status s = plan.Run();
+  EXPECT_EQ(s.code(), StatusCode::kInvalid);
+  EXPECT_NE(s.message().find("expertIdx[0] = "), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("is outside [0, 0), the rows of bias"), std::string::npos) << s.message();
+  EXPECT_EQ(AllBytes(c), before);
+}
+
 }  // namespace
 }  // namespace moegrad::testing

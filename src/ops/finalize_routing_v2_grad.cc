@@ -18,6 +18,7 @@ class FinalizeGradPlan final : public internal::PlanBase {
   kernels::FinalizeGradProblem problem;
   int64_t mode = 0;
   int64_t bias_rows = 0;
+  bool has_bias = false;  // bias given (its data may be null when it is empty)
   uint64_t offsets_at = 0;
   uint64_t pairs_at = 0;
   uint64_t token_cost_at = 0;
@@ -51,7 +52,7 @@ class FinalizeGradPlan final : public internal::PlanBase {
                           static_cast<long long>(hi), static_cast<long long>(mode));
       }
     }
-    if (q.bias.data != nullptr) {
+    if (has_bias) {
       for (int64_t i = 0; i < pairs; ++i) {
         const int64_t e = q.expert_idx.At<const int32_t>(i);
         if (e < 0 || e >= bias_rows) {
@@ -253,6 +254,7 @@ Status PlanFinalizeRoutingV2Grad(const FinalizeRoutingV2GradParams& p, std::uniq
       q.bias = kernels::RowView::Of2D(*p.bias);
       q.expert_idx = kernels::FlatView::Of(*p.expert_idx);
       out->bias_rows = p.bias->sizes[0];
+      out->has_bias = true;
     }
   }
   out->mode = mode;
