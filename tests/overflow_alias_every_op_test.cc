@@ -216,6 +216,31 @@ TEST(EveryOperatorAlias, EachOutputOnEachInputAndOnEachOtherOutputIsRejected) {
   });
 }
 
+// An output whose elements share memory (a stride of 0, or a stride smaller than the span of the inner
+// dimensions) would have threads racing on the same bytes: phase one rejects it through both APIs.
+TEST(EveryOperatorAlias, OutputsThatOverlapThemselvesAreRejected) {
+  ForEachOp([](OpUnderTest& t) {
+    for (const Named& out : t.outputs) {
+      TensorView* v = out.view;
+      for (int d = 0; d < v->rank; ++d) {
+        if (v->sizes[d] < 2) continue;
+        SCOPED_TRACE(out.name + " dimension " + std::to_string(d));
+        const int64_t own = v->strides[d];
+        for (int64_t bad : {int64_t{0}, d + 1 < v->rank && v->sizes[d + 1] > 1 ? v->strides[d + 1] : int64_t{0}}) {
+          if (bad == own) continue;
+          v->strides[d] = bad;
+          const std::string want = t.op + ": " + out.name + " has elements that share memory";
+          EXPECT_EQ(t.cpp().status, ACLNN_ERR_PARAM_INVALID);
+          EXPECT_EQ(t.cpp().message.rfind(want, 0), 0u) << t.cpp().message;
+          EXPECT_EQ(t.acl().message.rfind(want, 0), 0u) << t.acl().message;
+        }
+        v->strides[d] = own;
+      }
+    }
+    EXPECT_EQ(t.cpp().status, 0) << t.cpp().message;
+  });
+}
+
 TEST(EveryOperatorOverflow, EachArgumentsElementCountIsChecked) {
   ForEachOp([](OpUnderTest& t) {
     std::vector<Named> all = t.inputs;

@@ -1,5 +1,6 @@
 #include "src/ops/checks.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <string>
@@ -145,6 +146,28 @@ Status ArgChecker::NoOverlap(const TensorView& out, const char* out_name, const 
   ByteSpan(other, &b0, &b1);
   if (a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1) {
     return Fail(StatusCode::kInvalid, "%s overlaps %s in memory", out_name, other_name);
+  }
+  return Status::Ok();
+}
+
+Status ArgChecker::NoSelfOverlap(const TensorView& out, const char* name) const {
+  int dims[TensorView::kMaxRank];
+  int n = 0;
+  for (int d = 0; d < out.rank; ++d) {
+    if (out.sizes[d] == 0) return Status::Ok();  // empty: nothing is written
+    if (out.sizes[d] > 1) dims[n++] = d;
+  }
+  std::stable_sort(dims, dims + n, [&](int a, int b) { return out.strides[a] < out.strides[b]; });
+  int64_t span = 1;  // elements spanned by the dimensions checked so far (fits: WellFormed)
+  for (int q = 0; q < n; ++q) {
+    const int d = dims[q];
+    if (out.strides[d] < span) {
+      return Fail(StatusCode::kInvalid,
+                  "%s has elements that share memory (stride %lld in dimension %d over a span of %lld); an "
+                  "output must not overlap itself",
+                  name, static_cast<long long>(out.strides[d]), d, static_cast<long long>(span));
+    }
+    span += out.strides[d] * (out.sizes[d] - 1);
   }
   return Status::Ok();
 }

@@ -34,6 +34,13 @@ class ArgChecker {
   Status NoOverlap(const TensorView& out, const char* out_name, const TensorView& other,
                    const char* other_name) const;
 
+  // INVALID ("<op>: <name> has elements that share memory ...") when two elements of an output view may
+  // live at the same address (e.g. a stride of 0 over a dimension of size > 1): threads writing different
+  // elements would race on those bytes, as PyTorch refuses to write to internally overlapping tensors.
+  // Sufficient test: ordered by stride, every dimension of size > 1 steps past the whole span of the
+  // smaller ones. Call after WellFormed.
+  Status NoSelfOverlap(const TensorView& out, const char* name) const;
+
   // "<op>: <formatted message>" with the given status.
   __attribute__((format(printf, 3, 4))) Status Fail(StatusCode code, const char* fmt, ...) const;
 

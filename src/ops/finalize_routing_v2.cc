@@ -150,6 +150,7 @@ Status PlanFinalizeRoutingV2(const FinalizeRoutingV2Params& p, std::unique_ptr<i
   }
 
   // out (all[7]) must share no byte with any input.
+  MOEGRAD_RETURN_IF_ERROR(c.NoSelfOverlap(out, "out"));
   for (int a = 0; a < 7; ++a) {
     if (all[a].t != nullptr) MOEGRAD_RETURN_IF_ERROR(c.NoOverlap(out, "out", *all[a].t, all[a].name));
   }

@@ -226,6 +226,7 @@ Status PlanFinalizeRoutingV2Grad(const FinalizeRoutingV2GradParams& p, std::uniq
   // when it is written (scales given).
   const int outputs = p.scales != nullptr ? 8 : 7;
   for (int o = 6; o < outputs; ++o) {
+    MOEGRAD_RETURN_IF_ERROR(c.NoSelfOverlap(*all[o].t, all[o].name));
     for (int a = 0; a < outputs; ++a) {
       if (a == o || all[a].t == nullptr) continue;
       MOEGRAD_RETURN_IF_ERROR(c.NoOverlap(*all[o].t, all[o].name, *all[a].t, all[a].name));

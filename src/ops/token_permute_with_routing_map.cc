@@ -144,6 +144,7 @@ Status PlanTokenPermuteWithRoutingMap(const TokenPermuteWithRoutingMapParams& p,
   // when it is written (probs given).
   for (int o = 3; o < 6; ++o) {
     if (all[o].t == nullptr || (o == 4 && p.probs == nullptr)) continue;
+    MOEGRAD_RETURN_IF_ERROR(c.NoSelfOverlap(*all[o].t, all[o].name));
     for (int a = 0; a < 6; ++a) {
       if (a == o || all[a].t == nullptr || (a == 4 && p.probs == nullptr)) continue;
       MOEGRAD_RETURN_IF_ERROR(c.NoOverlap(*all[o].t, all[o].name, *all[a].t, all[a].name));

@@ -172,6 +172,7 @@ Status PlanTokenPermuteWithRoutingMapGrad(const TokenPermuteWithRoutingMapGradPa
   // when it is written (probs grads given).
   const int outputs = has_probs ? 6 : 5;
   for (int o = 4; o < outputs; ++o) {
+    MOEGRAD_RETURN_IF_ERROR(c.NoSelfOverlap(*all[o].t, all[o].name));
     for (int a = 0; a < outputs; ++a) {
       if (a == o || all[a].t == nullptr) continue;
       MOEGRAD_RETURN_IF_ERROR(c.NoOverlap(*all[o].t, all[o].name, *all[a].t, all[a].name));
