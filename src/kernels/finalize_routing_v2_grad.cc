@@ -5,7 +5,7 @@
 #include "hwy/highway.h"
 #include "src/core/parallel.h"
 #include "src/kernels/finalize_routing_v2_grad.h"
-#include "src/kernels/row_ops-inl.h"
+#include "src/kernels/row_ops_fused-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {

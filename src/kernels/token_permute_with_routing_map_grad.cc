@@ -4,7 +4,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "src/core/parallel.h"
-#include "src/kernels/row_ops-inl.h"
+#include "src/kernels/row_ops_fused-inl.h"
 #include "src/kernels/token_permute_with_routing_map_grad.h"
 
 HWY_BEFORE_NAMESPACE();
