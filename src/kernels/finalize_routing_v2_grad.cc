@@ -83,7 +83,7 @@ void FinalizeGradOneWriterTyped(const FinalizeGradProblem& p) {
       q->b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
     };
     ScaleDotRows<T> cur, next;
-    if (r_begin < r_end) rows_of(r_begin * K, &next);
+    if (r_begin < r_end && K > 0) rows_of(r_begin * K, &next);  // K = 0: no pairs, nothing to read
     for (int64_t r = r_begin; r < r_end; ++r) {
       const T* g = p.grad_y.Row<const T>(r);
       for (int64_t i = r * K; i < (r + 1) * K; ++i) {
