@@ -56,9 +56,73 @@ void FinalizeGradTyped(const FinalizeGradProblem& p) {
   });
 }
 
-// Every row of gradExpandedX has at most one writer: one pass, token by token. gradY[r] is read once for its
-// K pairs (it stays in L1/L2 meanwhile) and each pair's expandedX row once, for both its gradExpandedX row and
-// its gradScales dot; rows nobody writes are zeroed by the same threads. Same arithmetic as the CSR path.
+// Unit-stride rows, token by token: the K pairs of token r walk their rows together (ScaleDotToken), so
+// gradY[r] is read once for all of them and each pair's expandedX row once, for both its gradExpandedX row
+// and its gradScales dot. Same arithmetic as the CSR path.
+template <typename T>
+void FinalizeTokensUnit(const FinalizeGradProblem& p, int64_t r_begin, int64_t r_end, bool stream) {
+  const int64_t H = p.hidden;
+  const int64_t K = p.topk;
+  const bool has_scales = p.scales.data != nullptr;
+  const bool has_bias = p.bias.data != nullptr;
+  const int64_t end = H / TokenStep<T>() * TokenStep<T>();
+  auto rows_of = [&](int64_t i, TokenPairRows<T>* q) {
+    const int64_t v = p.row_idx.At<const int32_t>(i);
+    const bool written = v >= 0 && v < p.rows;
+    q->out = written ? p.grad_expanded_x.Row<T>(v) : nullptr;
+    q->x = written && has_scales ? p.expanded_x.Row<const T>(v) : nullptr;
+    q->b = has_scales && has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
+    q->s = has_scales ? ToF32(p.scales.At<const T>(i)) : 1.0f;
+  };
+  TokenPairRows<T> pairs[kTokenGroup];
+  HWY_ALIGN float part[kTokenGroup][16];
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    const T* g = p.grad_y.Row<const T>(r);
+    for (int64_t i0 = r * K; i0 < (r + 1) * K; i0 += kTokenGroup) {
+      const int64_t count = std::min(kTokenGroup, (r + 1) * K - i0);
+      // The group after this one (the next token's first, or this token's next): its rows are prefetched.
+      const int64_t next0 = i0 + kTokenGroup < (r + 1) * K ? i0 + kTokenGroup : (r + 1) * K;
+      const bool next_exists = next0 < r_end * K;
+      const T* g_next = next_exists && next0 == (r + 1) * K ? p.grad_y.Row<const T>(r + 1) : nullptr;
+      bool aligned = true;
+      for (int64_t m = 0; m < count; ++m) {
+        rows_of(i0 + m, &pairs[m]);
+        pairs[m].x_next = nullptr;
+        if (next_exists && next0 + m < std::min(next0 + kTokenGroup, r_end * K) && has_scales) {
+          const int64_t v = p.row_idx.At<const int32_t>(next0 + m);
+          if (v >= 0 && v < p.rows) pairs[m].x_next = p.expanded_x.Row<const T>(v);
+        }
+        if (pairs[m].out != nullptr && !StreamAligned(pairs[m].out)) aligned = false;
+      }
+      constexpr bool kCan = CanStream<T>();
+      if (has_scales) {
+        if (kCan && stream && aligned) ScaleDotToken<T, kCan, true>(g, g_next, pairs, count, end, H, part);
+        else ScaleDotToken<T, false, true>(g, g_next, pairs, count, end, H, part);
+      } else {
+        if (kCan && stream && aligned) ScaleDotToken<T, kCan, false>(g, g_next, pairs, count, end, H, part);
+        else ScaleDotToken<T, false, false>(g, g_next, pairs, count, end, H, part);
+      }
+      // Columns [end, H), and the dots summed up.
+      for (int64_t m = 0; m < count; ++m) {
+        ScaleDotRows<T> q;
+        q.g = g;
+        q.out = pairs[m].out;
+        q.x = pairs[m].x;
+        q.b = pairs[m].b;
+        if (!has_scales) {
+          if (q.out != nullptr && end < H) ScaleRowDot<T>(q, 1.0f, stream, H, end, nullptr);
+          continue;
+        }
+        const float dot = ScaleRowDot<T>(q, pairs[m].s, stream, H, end, part[m]);
+        p.grad_scales.At<T>(i0 + m) = FromF32<T>(dot);
+      }
+    }
+  }
+}
+
+// Every row of gradExpandedX has at most one writer: one pass, token by token, gradY[r] read once for its K
+// pairs and each pair's expandedX row once, for both its gradExpandedX row and its gradScales dot; rows nobody
+// writes are zeroed by the same threads. Same arithmetic as the CSR path.
 template <typename T>
 void FinalizeGradOneWriterTyped(const FinalizeGradProblem& p) {
   const int64_t H = p.hidden;
@@ -74,40 +138,19 @@ void FinalizeGradOneWriterTyped(const FinalizeGradProblem& p) {
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t r_begin, r_end;
     internal::BalanceByCost(p.tokens, parts, part, [&](int64_t r) { return p.token_cost[r]; }, &r_begin, &r_end);
-    // The rows of pair i; pairs are visited in order, so the next one's rows are known for prefetching.
-    auto rows_of = [&](int64_t i, ScaleDotRows<T>* q) {
-      const int64_t v = p.row_idx.At<const int32_t>(i);
-      const bool written = v >= 0 && v < p.rows;
-      q->out = written ? p.grad_expanded_x.Row<T>(v) : nullptr;
-      q->x = written && has_scales ? p.expanded_x.Row<const T>(v) : nullptr;
-      q->b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
-    };
-    ScaleDotRows<T> cur, next;
-    if (r_begin < r_end && K > 0) rows_of(r_begin * K, &next);  // K = 0: no pairs, nothing to read
-    for (int64_t r = r_begin; r < r_end; ++r) {
-      const T* g = p.grad_y.Row<const T>(r);
-      for (int64_t i = r * K; i < (r + 1) * K; ++i) {
-        cur = next;
-        cur.g = g;
-        next = ScaleDotRows<T>();
-        if (i + 1 < r_end * K) rows_of(i + 1, &next);
-        cur.x_next = next.x;
-        cur.b_next = next.b;
-        cur.g_next = i + 1 == (r + 1) * K && r + 1 < r_end ? p.grad_y.Row<const T>(r + 1) : nullptr;
-        if (!has_scales) {
-          if (cur.out == nullptr) continue;
-          if (unit) ScaleRowDot<T>(cur, 1.0f, stream, H);
-          else ScaleRow(g, p.grad_y.col_stride, 1.0f, cur.out, p.grad_expanded_x.col_stride, H);
-          continue;
-        }
-        const float s = ToF32(p.scales.At<const T>(i));
-        float dot;
-        if (unit) {
-          dot = ScaleRowDot<T>(cur, s, stream, H);
-        } else {
-          if (cur.out != nullptr) ScaleRow(g, p.grad_y.col_stride, s, cur.out, p.grad_expanded_x.col_stride, H);
-          dot = DotRow(cur.x, p.expanded_x.col_stride, cur.b, p.bias.col_stride, g, p.grad_y.col_stride, H);
-        }
+    if (unit) {
+      FinalizeTokensUnit<T>(p, r_begin, r_end, stream);
+    } else {
+      for (int64_t i = r_begin * K; i < r_end * K; ++i) {
+        const T* g = p.grad_y.Row<const T>(i / K);
+        const int64_t v = p.row_idx.At<const int32_t>(i);
+        T* out = v >= 0 && v < p.rows ? p.grad_expanded_x.Row<T>(v) : nullptr;
+        const float s = has_scales ? ToF32(p.scales.At<const T>(i)) : 1.0f;
+        if (out != nullptr) ScaleRow(g, p.grad_y.col_stride, s, out, p.grad_expanded_x.col_stride, H);
+        if (!has_scales) continue;
+        const T* x = out != nullptr ? p.expanded_x.Row<const T>(v) : nullptr;
+        const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
+        const float dot = DotRow(x, p.expanded_x.col_stride, b, p.bias.col_stride, g, p.grad_y.col_stride, H);
         p.grad_scales.At<T>(i) = FromF32<T>(dot);
       }
     }

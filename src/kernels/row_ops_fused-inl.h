@@ -149,8 +149,8 @@ HWY_INLINE void PutBF16x32(__m512 lo, __m512 hi, hwy::bfloat16_t* p) {
 // accumulating the dot in the 16 partial sums *acc exactly as the 16-element steps do; returns where it
 // stopped.
 template <bool kStream, bool kOut, bool kX, bool kB>
-HWY_INLINE int64_t ScaleRowDotWide(const ScaleDotRows<hwy::bfloat16_t>& r, float s, int64_t end, int64_t n,
-                                   VF* acc) {
+HWY_INLINE int64_t ScaleRowDotWide(const ScaleDotRows<hwy::bfloat16_t>& r, float s, int64_t begin, int64_t end,
+                                   int64_t n, VF* acc) {
   const hwy::bfloat16_t* HWY_RESTRICT g = r.g;
   const hwy::bfloat16_t* HWY_RESTRICT x = r.x;
   const hwy::bfloat16_t* HWY_RESTRICT b = r.b;
@@ -158,7 +158,7 @@ HWY_INLINE int64_t ScaleRowDotWide(const ScaleDotRows<hwy::bfloat16_t>& r, float
   constexpr int64_t kAhead = kRowPrefetchBytes / 2;
   const __m512 vs = _mm512_set1_ps(s);
   __m512 a = acc->raw;
-  int64_t j = 0;
+  int64_t j = begin;
   for (; j + 32 <= end; j += 32) {
     if (kX) PrefetchAhead(x, r.x_next, j + kAhead, n);
     if (kB) PrefetchAhead(b, r.b_next, j + kAhead, n);
@@ -186,14 +186,17 @@ HWY_INLINE int64_t ScaleRowDotWide(const ScaleDotRows<hwy::bfloat16_t>& r, float
 
 // Other element types and targets: no wider steps.
 template <bool kStream, bool kOut, bool kX, bool kB, typename T>
-HWY_INLINE int64_t ScaleRowDotWide(const ScaleDotRows<T>&, float, int64_t, int64_t, VF*) {
-  return 0;
+HWY_INLINE int64_t ScaleRowDotWide(const ScaleDotRows<T>&, float, int64_t begin, int64_t, int64_t, VF*) {
+  return begin;
 }
 
 // Unit-stride rows of n elements, g read once for both results: when kOut, out[j] = rne(g[j] * s) exactly as
-// ScaleRow; returns DotRow(x, 1, b, 1, g, 1, n) when kX or kB (x or b null as there), else 0.
+// ScaleRow; returns DotRow(x, 1, b, 1, g, 1, n) when kX or kB (x or b null as there), else 0. With start > 0
+// (a multiple of 16, at most n) columns [0, start) are taken as done: out is written from start on and the dot
+// continues from the 16 partial sums start_part those columns left.
 template <typename T, bool kStream, bool kOut, bool kX, bool kB>
-HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n) {
+HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n, int64_t start,
+                                   const float* start_part) {
   const T* HWY_RESTRICT g = r.g;
   const T* HWY_RESTRICT x = r.x;
   const T* HWY_RESTRICT b = r.b;
@@ -209,9 +212,9 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n)
   const DF d;
   const VF vs = hn::Set(d, s);
   VF acc[kVecs];
-  for (size_t q = 0; q < kVecs; ++q) acc[q] = hn::Zero(d);
+  for (size_t q = 0; q < kVecs; ++q) acc[q] = start_part ? hn::LoadU(d, start_part + q * kLanes) : hn::Zero(d);
   const int64_t blocked = n / kParts * kParts;
-  int64_t j = ScaleRowDotWide<kStream, kOut, kX, kB>(r, s, blocked, n, &acc[0]);
+  int64_t j = ScaleRowDotWide<kStream, kOut, kX, kB>(r, s, start, blocked, n, &acc[0]);
   for (; j < blocked; j += kParts) {
     if (j % kLine == 0) {
       if (kX) PrefetchAhead(x, r.x_next, j + kAhead, n);
@@ -253,24 +256,162 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n)
 }
 
 // ScaleRowDotUnit for any out, x, b (null when absent; x only together with out, as in the gradient of a
-// weighted row); the stores of out stream when `stream` and out is aligned for it.
+// weighted row), from column `start` on with the partial sums start_part (null: from 0); the stores of out
+// stream when `stream` and out is aligned for it.
 template <typename T>
-HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int64_t n) {
+HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int64_t n, int64_t start = 0,
+                             const float* start_part = nullptr) {
   if (r.out == nullptr) {
-    if (r.b != nullptr) return ScaleRowDotUnit<T, false, false, false, true>(r, s, n);
+    if (r.b != nullptr) return ScaleRowDotUnit<T, false, false, false, true>(r, s, n, start, start_part);
     return 0.0f;
   }
   constexpr bool kCan = CanStream<T>();
   if (kCan && stream && StreamAligned(r.out)) {
-    if (r.x && r.b) return ScaleRowDotUnit<T, kCan, true, true, true>(r, s, n);
-    if (r.x) return ScaleRowDotUnit<T, kCan, true, true, false>(r, s, n);
-    return ScaleRowDotUnit<T, kCan, true, false, false>(r, s, n);
+    if (r.x && r.b) return ScaleRowDotUnit<T, kCan, true, true, true>(r, s, n, start, start_part);
+    if (r.x) return ScaleRowDotUnit<T, kCan, true, true, false>(r, s, n, start, start_part);
+    return ScaleRowDotUnit<T, kCan, true, false, false>(r, s, n, start, start_part);
   }
-  if (r.x && r.b) return ScaleRowDotUnit<T, false, true, true, true>(r, s, n);
-  if (r.x) return ScaleRowDotUnit<T, false, true, true, false>(r, s, n);
-  return ScaleRowDotUnit<T, false, true, false, false>(r, s, n);
+  if (r.x && r.b) return ScaleRowDotUnit<T, false, true, true, true>(r, s, n, start, start_part);
+  if (r.x) return ScaleRowDotUnit<T, false, true, true, false>(r, s, n, start, start_part);
+  return ScaleRowDotUnit<T, false, true, false, false>(r, s, n, start, start_part);
 }
 
+// --- all pairs of a token at once --------------------------------------------------------------------------
+// One token's pairs (at most kTokenGroup) walk their rows together, kTokenStep columns (256 bytes of every
+// row) at a time: about a dozen rows stream from memory at once instead of one, which is what keeps a core's
+// memory pipeline full when the rows lie at random addresses (a row at a time leaves the hardware prefetchers
+// starting over on every 4 KiB page of every row).
+constexpr int64_t kTokenGroup = 8;
+template <typename T>
+constexpr int64_t TokenStep() {
+  return 256 / static_cast<int64_t>(sizeof(T));
+}
+// How far ahead of the loads the rows of a token are prefetched.
+constexpr int64_t kTokenPrefetchBytes = 1024;
+
+// The rows of one pair of a token: out (null when the pair writes no row), x and b (null when absent),
+// x_next the row the same slot reads in the next token (prefetched near the end), s the scale.
+template <typename T>
+struct TokenPairRows {
+  T* out = nullptr;
+  const T* x = nullptr;
+  const T* b = nullptr;
+  const T* x_next = nullptr;
+  float s = 1.0f;
+};
+
+// The gradY columns of one step as fp32 vectors, converted once for all pairs of the token.
+template <typename T>
+constexpr size_t TokenStepVecs() {
+  return static_cast<size_t>(TokenStep<T>()) / hn::MaxLanes(DF());
+}
+
+template <typename T>
+HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
+  const DF d;
+  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+  for (size_t i = 0; i < TokenStepVecs<T>(); ++i) gv[i] = LoadF32(d, g + j + static_cast<int64_t>(i) * kL);
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_INLINE void LoadTokenStep(const hwy::bfloat16_t* HWY_RESTRICT g, int64_t j, VF* gv) {
+  for (size_t i = 0; i < TokenStepVecs<hwy::bfloat16_t>(); i += 2) {
+    LoadBF16x32(g + j + static_cast<int64_t>(i) * 16, &gv[i].raw, &gv[i + 1].raw);
+  }
+}
+
+// One 256-byte step of one pair (bf16, AVX-512BW), whole cache lines converted at once as in
+// ScaleRowDotWide, with the same operations.
+template <bool kStream, bool kDot>
+HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<hwy::bfloat16_t>& p, int64_t j, VF* acc) {
+  constexpr size_t kVecs = TokenStepVecs<hwy::bfloat16_t>();
+  if (kDot && (p.x != nullptr || p.b != nullptr)) {
+    __m512 v[kVecs];
+    for (size_t i = 0; i < kVecs; i += 2) {
+      LoadBF16x32((p.x != nullptr ? p.x : p.b) + j + static_cast<int64_t>(i) * 16, &v[i], &v[i + 1]);
+    }
+    if (p.x != nullptr && p.b != nullptr) {
+      for (size_t i = 0; i < kVecs; i += 2) {
+        __m512 b0, b1;
+        LoadBF16x32(p.b + j + static_cast<int64_t>(i) * 16, &b0, &b1);
+        v[i] = _mm512_add_ps(v[i], b0);
+        v[i + 1] = _mm512_add_ps(v[i + 1], b1);
+      }
+    }
+    __m512 a = acc[0].raw;
+    for (size_t i = 0; i < kVecs; ++i) a = _mm512_add_ps(a, _mm512_mul_ps(v[i], gv[i].raw));
+    acc[0].raw = a;
+  }
+  if (p.out != nullptr) {
+    const __m512 vs = _mm512_set1_ps(p.s);
+    for (size_t i = 0; i < kVecs; i += 2) {
+      PutBF16x32<kStream>(_mm512_mul_ps(gv[i].raw, vs), _mm512_mul_ps(gv[i + 1].raw, vs),
+                          p.out + j + static_cast<int64_t>(i) * 16);
+    }
+  }
+}
+#endif
+
+// One 256-byte step of one pair, gv the step's gradY columns: the dot's 16 partial sums acc take (x + b) * g
+// column block by column block (x, b as present), then out = rne(g * s); all loads of the step come before
+// its stores (rows of different pairs often share their address bits below 4 KiB, and a load behind a store
+// to such an address waits for it).
+template <bool kStream, bool kDot, typename T>
+HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j, VF* acc) {
+  constexpr size_t kSteps = TokenStepVecs<T>();
+  constexpr size_t kLanes = hn::MaxLanes(DF());
+  constexpr size_t kVecs = 16 / kLanes;
+  constexpr int64_t kL = static_cast<int64_t>(kLanes);
+  const DF d;
+  if (kDot && (p.x != nullptr || p.b != nullptr)) {
+    VF v[kSteps];
+    for (size_t i = 0; i < kSteps; ++i) v[i] = LoadF32(d, (p.x != nullptr ? p.x : p.b) + j + static_cast<int64_t>(i) * kL);
+    if (p.x != nullptr && p.b != nullptr) {
+      for (size_t i = 0; i < kSteps; ++i) v[i] = hn::Add(v[i], LoadF32(d, p.b + j + static_cast<int64_t>(i) * kL));
+    }
+    // Vector i holds columns [i * kL, (i + 1) * kL) of the step: partial sums i % kVecs.
+    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], hn::Mul(v[i], gv[i]));
+  }
+  if (p.out != nullptr) {
+    const VF vs = hn::Set(d, p.s);
+    for (size_t i = 0; i < kSteps; ++i) PutF32<kStream>(d, hn::Mul(gv[i], vs), p.out + j + static_cast<int64_t>(i) * kL);
+  }
+}
+
+// For the `count` (<= kTokenGroup) pairs of one token with gradY row g (unit-stride rows of n elements),
+// columns [0, end) with end a multiple of TokenStep<T>(): out = rne(g * s) for each pair with out, and with
+// kDot the 16 partial sums part[m] of pair m take (x + b) * g exactly as ScaleRowDotUnit's do (start from
+// zero), ready for ScaleRowDot to finish from `end`. g_next is the next token's gradY row (or null); both it and
+// the x_next rows are prefetched as the walk nears the end. With kStream every out is StreamAligned.
+template <typename T, bool kStream, bool kDot>
+HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const TokenPairRows<T>* pairs,
+                                int64_t count, int64_t end, int64_t n, float (*part)[16]) {
+  constexpr int64_t kStep = TokenStep<T>();
+  constexpr int64_t kAhead = kTokenPrefetchBytes / static_cast<int64_t>(sizeof(T));
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  constexpr size_t kLanes = hn::MaxLanes(DF());
+  constexpr size_t kVecs = 16 / kLanes;
+  const DF d;
+  VF acc[kTokenGroup][kVecs];
+  for (int64_t m = 0; m < count; ++m) {
+    for (size_t q = 0; q < kVecs; ++q) acc[m][q] = hn::Zero(d);
+  }
+  for (int64_t j = 0; j < end; j += kStep) {
+    for (int64_t o = j + kAhead; o < j + kAhead + kStep; o += kLine) {
+      PrefetchAhead(g, g_next, o, n);
+      for (int64_t m = 0; m < count; ++m) {
+        if (pairs[m].x != nullptr) PrefetchAhead(pairs[m].x, pairs[m].x_next, o, n);
+      }
+    }
+    VF gv[TokenStepVecs<T>()];
+    LoadTokenStep(g, j, gv);
+    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot>(gv, pairs[m], j, acc[m]);
+  }
+  if (!kDot) return;
+  for (int64_t m = 0; m < count; ++m) {
+    for (size_t q = 0; q < kVecs; ++q) hn::StoreU(acc[m][q], d, part[m] + q * kLanes);
+  }
+}
 
 // How far ahead of the loads SumRowPtrsUnit prefetches each of its rows.
 constexpr int64_t kGatherPrefetchBytes = 1024;

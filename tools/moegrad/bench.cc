@@ -43,8 +43,18 @@ struct AlignedBuffer {
 };
 
 // Plans, times and verifies one row; false (with `error`) when the library refuses the call.
-bool MeasureRow(const BenchRow& row, const Shape& shape, DType dtype, uint64_t seed, BenchResult* r,
-                std::string* error) {
+// Source and destination of the 256 MiB copy each timed call is paired with.
+struct CopyPair {
+  static constexpr uint64_t kBytes = uint64_t{256} << 20;
+  CopyPair() : src(kBytes), dst(kBytes) {
+    std::memset(src.data, 1, kBytes);
+    std::memset(dst.data, 0, kBytes);
+  }
+  AlignedBuffer src, dst;
+};
+
+bool MeasureRow(const BenchRow& row, const Shape& shape, DType dtype, uint64_t seed, const CopyPair& copy,
+                BenchResult* r, std::string* error) {
   std::unique_ptr<Problem> p = row.make(shape, dtype, seed);
   r->op = row.op;
   r->key = row.key;
@@ -61,13 +71,18 @@ bool MeasureRow(const BenchRow& row, const Shape& shape, DType dtype, uint64_t s
   }
   AlignedBuffer workspace(plan.workspace_size());
   r->workspace_bytes = workspace.size;
-  r->seconds = MedianSeconds([&] {
-    // Both phases each time, as a training step calls the operator: the plan is part of the cost.
-    Plan timed;
-    Status s = p->Plan(&timed);
-    if (s.ok()) s = timed.Run(workspace.data, workspace.size);
-    if (!s.ok() && status.ok()) status = s;
-  });
+  double ratio = 0.0;
+  r->seconds = PairedWithCopy(
+      [&] {
+        // Both phases each time, as a training step calls the operator: the plan is part of the cost.
+        Plan timed;
+        Status s = p->Plan(&timed);
+        if (s.ok()) s = timed.Run(workspace.data, workspace.size);
+        if (!s.ok() && status.ok()) status = s;
+      },
+      static_cast<double>(r->bytes), copy.dst.data, copy.src.data, CopyPair::kBytes, NumThreads(), &ratio,
+      &r->paired_copy_bytes_per_second);
+  r->pct_copy = 100.0 * ratio;
   if (!status.ok()) {
     *error = status.message();
     return false;
@@ -123,6 +138,7 @@ int RunBench(const BenchOptions& o) {
   std::fprintf(stderr, "moegrad bench: measuring copy bandwidth with %d threads\n", report.threads);
   report.copy_bytes_per_second = CopyBandwidth(report.threads);
 
+  const CopyPair copy;
   const int total = static_cast<int>(rows.size() * dtypes.size());
   int index = 0;
   bool all_ok = true;
@@ -133,7 +149,7 @@ int RunBench(const BenchOptions& o) {
                    ShortDTypeName(dtype));
       BenchResult r;
       std::string error;
-      const bool ran = MeasureRow(*row, shape, dtype, 1000 + static_cast<uint64_t>(index), &r, &error);
+      const bool ran = MeasureRow(*row, shape, dtype, 1000 + static_cast<uint64_t>(index), copy, &r, &error);
       if (!ran) {
         std::fprintf(stderr, "moegrad bench: %s %s %s failed: %s\n", row->op, row->mode, ShortDTypeName(dtype),
                      error.c_str());

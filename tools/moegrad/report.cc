@@ -40,15 +40,16 @@ void PrintBenchTable(const BenchReport& r, FILE* out) {
       continue;
     }
     const double gbps = b.seconds > 0 ? static_cast<double>(b.bytes) / b.seconds * 1e-9 : 0.0;
-    const double pct = r.copy_bytes_per_second > 0 ? 100.0 * gbps * 1e9 / r.copy_bytes_per_second : 0.0;
+    const double pct = b.pct_copy;
     std::fprintf(out, "%-*s  %-*s  %-5s  %-*s  %11s  %8.1f  %6.0f%%  %10.0f%%  %s\n", wo, b.op.c_str(), wm,
                  b.mode.c_str(), b.dtype.c_str(), ws, b.shape.c_str(), FormatSeconds(b.seconds).c_str(), gbps, pct,
                  SameSizeCopyPercent(b), b.verified ? "ok" : "FAIL");
   }
   std::fprintf(out,
                "\nGB/s = the least bytes the operator must read and write / median time of plan + run.\n"
-               "%% copy = GB/s over the 256 MiB copy above; %% copy@size = over a copy moving the same bytes,\n"
-               "timed the same way (the fairer yardstick where the caches hold much of a problem).\n"
+               "%% copy = median, over the timed calls, of the call's GB/s over that of a 256 MiB copy made just\n"
+               "before it (so the caches are cold, as in a training step); %% copy@size = GB/s over a warm copy\n"
+               "moving the same bytes (the yardstick where the caches hold much of a problem).\n"
                "verified = every output element compared with the scalar reference (gradScales within the\n"
                "bound of a different fp32 summation order, the rest bit for bit). Formulas: bench/README.md.\n");
 }
@@ -88,12 +89,12 @@ bool WriteBenchJson(const BenchReport& r, const std::string& path) {
     std::fprintf(f,
                  "%s\n    {\"op\": %s, \"key\": %s, \"mode\": %s, \"dtype\": %s, \"shape\": %s, "
                  "\"median_s\": %.9g, \"bytes\": %llu, \"workspace_bytes\": %llu, \"gbps\": %.4f, "
-                 "\"pct_copy\": %.2f, \"copy_same_size_gbps\": %.4f, \"pct_copy_same_size\": %.2f, "
+                 "\"pct_copy\": %.2f, \"paired_copy_gbps\": %.4f, \"copy_same_size_gbps\": %.4f, \"pct_copy_same_size\": %.2f, "
                  "\"verified\": %s%s}",
                  i ? "," : "", JsonString(b.op).c_str(), JsonString(b.key).c_str(), JsonString(b.mode).c_str(),
                  JsonString(b.dtype).c_str(), JsonString(b.shape).c_str(), b.seconds,
                  static_cast<unsigned long long>(b.bytes), static_cast<unsigned long long>(b.workspace_bytes), gbps,
-                 r.copy_bytes_per_second > 0 ? 100.0 * gbps * 1e9 / r.copy_bytes_per_second : 0.0,
+                 b.pct_copy, b.paired_copy_bytes_per_second * 1e-9,
                  b.copy_seconds > 0 ? static_cast<double>(b.copy_bytes) / b.copy_seconds * 1e-9 : 0.0,
                  SameSizeCopyPercent(b), b.verified ? "true" : "false",
                  b.error.empty() ? "" : (", \"error\": " + JsonString(b.error)).c_str());

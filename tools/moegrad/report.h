@@ -17,6 +17,11 @@ struct BenchResult {
   double seconds = 0.0;          // median of plan + run
   uint64_t copy_bytes = 0;       // a parallel copy moving about `bytes` (read + write) ...
   double copy_seconds = 0.0;     // ... and its median time
+  // Each timed call follows a 256 MiB parallel copy: the median over those pairs of (the call's GB/s / the
+  // copy's GB/s), in percent, and the median copy bandwidth of the pairs. Noise on a shared machine that
+  // lasts a while then slows both sides of a pair alike instead of skewing the ratio.
+  double pct_copy = 0.0;
+  double paired_copy_bytes_per_second = 0.0;
   bool verified = false;
   std::string error;             // why the call failed, when it did
 };

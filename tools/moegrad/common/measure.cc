@@ -53,6 +53,45 @@ void ParallelCopy(void* dst, const void* src, size_t bytes, int threads) {
   });
 }
 
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  if (n == 0) return 0.0;
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+double PairedWithCopy(const std::function<void()>& fn, double fn_bytes, void* dst, const void* src,
+                      size_t copy_bytes, int threads, double* ratio, double* copy_bandwidth, int min_runs,
+                      int max_runs, double budget_seconds) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds_of = [](const std::function<void()>& f) {
+    const auto t0 = Clock::now();
+    f();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  const std::function<void()> copy = [&] { ParallelCopy(dst, src, copy_bytes, threads); };
+  for (int i = 0; i < 2; ++i) fn();
+  std::vector<double> times, ratios, copies;
+  double spent = 0.0;
+  while (static_cast<int>(times.size()) < max_runs &&
+         (static_cast<int>(times.size()) < min_runs || spent < budget_seconds)) {
+    const double c = seconds_of(copy);
+    const double t = seconds_of(fn);
+    const double copy_bw = 2.0 * static_cast<double>(copy_bytes) / c;
+    times.push_back(t);
+    copies.push_back(copy_bw);
+    ratios.push_back(fn_bytes / t / copy_bw);
+    spent += c + t;
+  }
+  *ratio = Median(ratios);
+  *copy_bandwidth = Median(copies);
+  return Median(times);
+}
+
 double CopyBandwidth(int threads, size_t bytes) {
   struct Free {
     void operator()(char* p) const { ::operator delete(p, std::align_val_t(64)); }

@@ -11,6 +11,14 @@ namespace moegrad::tool {
 double MedianSeconds(const std::function<void()>& fn, int warmup = 2, int min_runs = 5, int max_runs = 1000,
                      double budget_seconds = 0.5);
 
+// Times fn right after each of a series of parallel copies of `copy_bytes` from src to dst (2 warm-up calls of
+// fn first; at least min_runs pairs, then more up to max_runs while the pairs took under budget_seconds).
+// Returns the median time of fn; *ratio gets the median over the pairs of (fn_bytes / fn's time) / (2 *
+// copy_bytes / the copy's time), *copy_bandwidth the median copy bandwidth (read + write bytes per second).
+double PairedWithCopy(const std::function<void()>& fn, double fn_bytes, void* dst, const void* src,
+                      size_t copy_bytes, int threads, double* ratio, double* copy_bandwidth, int min_runs = 7,
+                      int max_runs = 41, double budget_seconds = 1.0);
+
 // memcpy of `bytes` split into `threads` contiguous parts, one per thread (OpenMP).
 void ParallelCopy(void* dst, const void* src, size_t bytes, int threads);
 
