@@ -85,22 +85,14 @@ HWY_INLINE void ZeroRowUnit(T* dst, int64_t n, bool stream) {
   std::memset(p, 0, static_cast<size_t>(bytes));
 }
 
-// The rows of one ScaleRowDot call, and the rows the next call reads: those are prefetched as this call nears
-// its end, so that a new row's first lines are not fetched only on demand (the hardware prefetchers stop at
-// 4 KiB page boundaries and start over on each new row).
+// The rows of one ScaleRowDot call (the columns of a pair that ScaleDotToken's steps leave over).
 template <typename T>
 struct ScaleDotRows {
   const T* g = nullptr;
   T* out = nullptr;
   const T* x = nullptr;
   const T* b = nullptr;
-  const T* x_next = nullptr;
-  const T* b_next = nullptr;
-  const T* g_next = nullptr;  // the next call's g when it differs: prefetched whole, alongside this call's g
 };
-
-// How far ahead of the loads rows are prefetched.
-constexpr int64_t kRowPrefetchBytes = 4096;
 
 // Prefetches element a of a row of n elements, or element a - n of `next` (if any) past the end.
 template <typename T>
@@ -155,14 +147,10 @@ HWY_INLINE int64_t ScaleRowDotWide(const ScaleDotRows<hwy::bfloat16_t>& r, float
   const hwy::bfloat16_t* HWY_RESTRICT x = r.x;
   const hwy::bfloat16_t* HWY_RESTRICT b = r.b;
   hwy::bfloat16_t* HWY_RESTRICT out = r.out;
-  constexpr int64_t kAhead = kRowPrefetchBytes / 2;
   const __m512 vs = _mm512_set1_ps(s);
   __m512 a = acc->raw;
   int64_t j = begin;
   for (; j + 32 <= end; j += 32) {
-    if (kX) PrefetchAhead(x, r.x_next, j + kAhead, n);
-    if (kB) PrefetchAhead(b, r.b_next, j + kAhead, n);
-    if (r.g_next != nullptr) hwy::Prefetch(r.g_next + j);
     __m512 g0, g1;
     LoadBF16x32(g + j, &g0, &g1);
     if (kX || kB) {
@@ -206,8 +194,6 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
   constexpr size_t kLanes = hn::MaxLanes(DF());
   constexpr size_t kVecs = kParts / kLanes;
   constexpr int64_t kL = static_cast<int64_t>(kLanes);
-  constexpr int64_t kAhead = kRowPrefetchBytes / static_cast<int64_t>(sizeof(T));
-  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   static_assert(kParts % kLanes == 0, "a vector must hold a whole number of partial sums");
   const DF d;
   const VF vs = hn::Set(d, s);
@@ -216,11 +202,6 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
   const int64_t blocked = n / kParts * kParts;
   int64_t j = ScaleRowDotWide<kStream, kOut, kX, kB>(r, s, start, blocked, n, &acc[0]);
   for (; j < blocked; j += kParts) {
-    if (j % kLine == 0) {
-      if (kX) PrefetchAhead(x, r.x_next, j + kAhead, n);
-      if (kB) PrefetchAhead(b, r.b_next, j + kAhead, n);
-      if (r.g_next != nullptr) hwy::Prefetch(r.g_next + j);
-    }
     for (size_t q = 0; q < kVecs; ++q) {
       const int64_t o = j + static_cast<int64_t>(q * kLanes);
       const VF vg = LoadF32(d, g + o);
@@ -413,6 +394,28 @@ HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const 
   }
 }
 
+// Two vectors of a row as fp32 (elements [0, 2 * lanes) at p), and their rounded store; for bf16 on AVX-512
+// (two vectors: one cache line) a word permutation each way, as in ScaleRowDotWide.
+template <typename T>
+HWY_INLINE void LoadPair(const T* p, VF* v0, VF* v1) {
+  const DF d;
+  *v0 = LoadF32(d, p);
+  *v1 = LoadF32(d, p + hn::MaxLanes(d));
+}
+template <bool kStream, typename T>
+HWY_INLINE void PutPair(VF v0, VF v1, T* p) {
+  const DF d;
+  PutF32<kStream>(d, v0, p);
+  PutF32<kStream>(d, v1, p + hn::MaxLanes(d));
+}
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_INLINE void LoadPair(const hwy::bfloat16_t* p, VF* v0, VF* v1) { LoadBF16x32(p, &v0->raw, &v1->raw); }
+template <bool kStream>
+HWY_INLINE void PutPair(VF v0, VF v1, hwy::bfloat16_t* p) {
+  PutBF16x32<kStream>(v0.raw, v1.raw, p);
+}
+#endif
+
 // How far ahead of the loads SumRowPtrsUnit prefetches each of its rows.
 constexpr int64_t kGatherPrefetchBytes = 1024;
 
@@ -434,14 +437,15 @@ HWY_NOINLINE void SumRowPtrsUnit(int64_t count, const T* const* rows, int64_t ne
       const T* next = m < next_count ? next_rows[m] : nullptr;
       for (int64_t o = 0; o < 2 * kL; o += kLine) PrefetchAhead(rows[m], next, j + kAhead + o, n);
     }
-    VF a0 = LoadF32(d, r0 + j);
-    VF a1 = LoadF32(d, r0 + j + kL);
+    VF a0, a1;
+    LoadPair(r0 + j, &a0, &a1);
     for (int64_t m = 1; m < count; ++m) {
-      a0 = hn::Add(a0, LoadF32(d, rows[m] + j));
-      a1 = hn::Add(a1, LoadF32(d, rows[m] + j + kL));
+      VF v0, v1;
+      LoadPair(rows[m] + j, &v0, &v1);
+      a0 = hn::Add(a0, v0);
+      a1 = hn::Add(a1, v1);
     }
-    PutF32<kStream>(d, a0, dst + j);
-    PutF32<kStream>(d, a1, dst + j + kL);
+    PutPair<kStream>(a0, a1, dst + j);
   }
   for (; j + kL <= n; j += kL) {
     VF acc = LoadF32(d, r0 + j);
