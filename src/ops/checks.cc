@@ -172,4 +172,32 @@ Status ArgChecker::NoSelfOverlap(const TensorView& out, const char* name) const 
   return Status::Ok();
 }
 
+Status ArgChecker::PairsPerToken(int64_t pairs, const TensorView* scales, int64_t R, const char* rows_name,
+                                 int64_t k_if_empty, int64_t* K) const {
+  if (scales != nullptr) {
+    MOEGRAD_RETURN_IF_ERROR(Rank(*scales, "scales", 2));
+    MOEGRAD_RETURN_IF_ERROR(Shape(*scales, "scales", {R, -1}));
+    *K = scales->sizes[1];
+    if (pairs != R * *K) {
+      return Fail(StatusCode::kInvalid, "expandedRowIdx has %lld elements but must have R*K = %lld * %lld",
+                  static_cast<long long>(pairs), static_cast<long long>(R), static_cast<long long>(*K));
+    }
+    return Status::Ok();
+  }
+  if (R == 0) {
+    if (pairs != 0) {
+      return Fail(StatusCode::kInvalid, "expandedRowIdx has %lld elements but %s has 0 rows",
+                  static_cast<long long>(pairs), rows_name);
+    }
+    *K = k_if_empty;
+    return Status::Ok();
+  }
+  if (pairs % R != 0) {
+    return Fail(StatusCode::kInvalid, "expandedRowIdx has %lld elements, not a multiple of the %lld rows of %s (R*K)",
+                static_cast<long long>(pairs), static_cast<long long>(R), rows_name);
+  }
+  *K = pairs / R;
+  return Status::Ok();
+}
+
 }  // namespace moegrad::ops

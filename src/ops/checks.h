@@ -41,6 +41,13 @@ class ArgChecker {
   // smaller ones. Call after WellFormed.
   Status NoSelfOverlap(const TensorView& out, const char* name) const;
 
+  // K, the pairs per token of a finalize-style call whose expandedRowIdx (rank 1) has `pairs` elements and whose
+  // `rows_name` tensor ("out", "gradY") has R rows: scales' (R, K) shape when scales is given (then pairs
+  // must be R*K), else pairs / R (a multiple of R); with R = 0 and no scales, pairs must be 0 and K is
+  // k_if_empty (what another argument fixes, else 0).
+  Status PairsPerToken(int64_t pairs, const TensorView* scales, int64_t R, const char* rows_name,
+                       int64_t k_if_empty, int64_t* K) const;
+
   // "<op>: <formatted message>" with the given status.
   __attribute__((format(printf, 3, 4))) Status Fail(StatusCode code, const char* fmt, ...) const;
 

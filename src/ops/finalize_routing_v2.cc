@@ -87,27 +87,7 @@ Status PlanFinalizeRoutingV2(const FinalizeRoutingV2Params& p, std::unique_ptr<i
   const int64_t pairs = idx.sizes[0];
 
   int64_t K = 0;
-  if (p.scales != nullptr) {
-    MOEGRAD_RETURN_IF_ERROR(c.Rank(*p.scales, "scales", 2));
-    MOEGRAD_RETURN_IF_ERROR(c.Shape(*p.scales, "scales", {R, -1}));
-    K = p.scales->sizes[1];
-    if (pairs != R * K) {
-      return c.Fail(StatusCode::kInvalid, "expandedRowIdx has %lld elements but must have R*K = %lld * %lld",
-                    static_cast<long long>(pairs), static_cast<long long>(R), static_cast<long long>(K));
-    }
-  } else if (R == 0) {
-    if (pairs != 0) {
-      return c.Fail(StatusCode::kInvalid, "expandedRowIdx has %lld elements but out has 0 rows",
-                    static_cast<long long>(pairs));
-    }
-  } else {
-    if (pairs % R != 0) {
-      return c.Fail(StatusCode::kInvalid,
-                    "expandedRowIdx has %lld elements, not a multiple of the %lld rows of out (R*K)",
-                    static_cast<long long>(pairs), static_cast<long long>(R));
-    }
-    K = pairs / R;
-  }
+  MOEGRAD_RETURN_IF_ERROR(c.PairsPerToken(pairs, p.scales, R, "out", 0, &K));
   if (p.expert_idx != nullptr) {
     MOEGRAD_RETURN_IF_ERROR(c.Shape(*p.expert_idx, "expertIdx", {R, K}));
     MOEGRAD_RETURN_IF_ERROR(c.DTypeIs(*p.expert_idx, "expertIdx", DType::kInt32));

@@ -160,30 +160,10 @@ Status PlanFinalizeRoutingV2Grad(const FinalizeRoutingV2GradParams& p, std::uniq
   MOEGRAD_RETURN_IF_ERROR(c.DTypeIs(idx, "expandedRowIdx", DType::kInt32));
   const int64_t pairs = idx.sizes[0];
 
+  // With no tokens nothing else determines K; an expertIdx of shape (0, K) fixes it instead of being rejected.
+  const int64_t k_if_empty = p.expert_idx != nullptr && p.expert_idx->rank == 2 ? p.expert_idx->sizes[1] : 0;
   int64_t K = 0;
-  if (p.scales != nullptr) {
-    MOEGRAD_RETURN_IF_ERROR(c.Rank(*p.scales, "scales", 2));
-    MOEGRAD_RETURN_IF_ERROR(c.Shape(*p.scales, "scales", {R, -1}));
-    K = p.scales->sizes[1];
-    if (pairs != R * K) {
-      return c.Fail(StatusCode::kInvalid, "expandedRowIdx has %lld elements but must have R*K = %lld * %lld",
-                    static_cast<long long>(pairs), static_cast<long long>(R), static_cast<long long>(K));
-    }
-  } else if (R == 0) {
-    if (pairs != 0) {
-      return c.Fail(StatusCode::kInvalid, "expandedRowIdx has %lld elements but gradY has 0 rows",
-                    static_cast<long long>(pairs));
-    }
-    // With no tokens nothing determines K; an expertIdx of shape (0, K) fixes it instead of being rejected.
-    if (p.expert_idx != nullptr && p.expert_idx->rank == 2) K = p.expert_idx->sizes[1];
-  } else {
-    if (pairs % R != 0) {
-      return c.Fail(StatusCode::kInvalid,
-                    "expandedRowIdx has %lld elements, not a multiple of the %lld rows of gradY (R*K)",
-                    static_cast<long long>(pairs), static_cast<long long>(R));
-    }
-    K = pairs / R;
-  }
+  MOEGRAD_RETURN_IF_ERROR(c.PairsPerToken(pairs, p.scales, R, "gradY", k_if_empty, &K));
   if (p.expert_idx != nullptr) {
     MOEGRAD_RETURN_IF_ERROR(c.Shape(*p.expert_idx, "expertIdx", {R, K}));
     MOEGRAD_RETURN_IF_ERROR(c.DTypeIs(*p.expert_idx, "expertIdx", DType::kInt32));
