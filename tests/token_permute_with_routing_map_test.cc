@@ -257,6 +257,22 @@ TEST(TokenPermuteWithRoutingMap, HiddenSizesAndDTypes) {
   }
 }
 
+// Outputs of 8 MiB and more are copied with streaming stores, on rows that start at a 16-byte boundary (the
+// others take memcpy): H = 2049 puts successive rows at every 4-byte offset; H = 2048 streams every row.
+TEST(TokenPermuteWithRoutingMap, LargeOutputsStream) {
+  uint64_t seed = 500;
+  for (int64_t H : {2048, 2049}) {
+    for (DType dt : kFloats) {
+      // 4096 permuted rows: 33.6 MB in f32, 16.8 MB in 16-bit types.
+      PermuteTester().tokens(2048).experts(16).topk(2).hidden(H).seed(seed++).Test(dt);
+      PermuteTester().tokens(2048).experts(16).capacity(256).drop_and_pad(true).hidden(H).seed(seed++).Test(dt);
+    }
+  }
+  // Every thread count splits the rows differently.
+  PermuteTester().tokens(2048).experts(16).topk(2).hidden(2049).seed(seed++).all_targets(true)
+      .Test(DType::kBFloat16);
+}
+
 TEST(TokenPermuteWithRoutingMap, TopKCapacityAndDensity) {
   uint64_t seed = 100;
   for (int64_t K : {0, 1, 2, 3, 8, 16}) {
