@@ -348,6 +348,21 @@ TEST(FinalizeRoutingV2, EmptyTensors) {
   }
 }
 
+// Outputs of 8 MiB and more take streaming stores on tiles that start a cache line and prefetch the next
+// tile: H = 2049 puts rows at every 4-byte offset (and ends in a partial tile), H = 2048 streams every tile.
+TEST(FinalizeRoutingV2, LargeOutputsStream) {
+  uint64_t seed = 900;
+  for (int64_t H : {2048, 2049}) {
+    for (DType dt : kFloats) {
+      // 2048 rows: 16.8 MB in f32, 8.4 MB in 16-bit types.
+      FinalizeTester().mode(0).tokens(2048).topk(2).hidden(H).experts(16).x1(true).bias(true).seed(seed++).Test(dt);
+      FinalizeTester().mode(3).tokens(2048).topk(2).hidden(H).experts(16).capacity(200).seed(seed++).Test(dt);
+    }
+  }
+  FinalizeTester().mode(2).tokens(2048).topk(2).hidden(2049).experts(16).bias(true).all_targets(true)
+      .seed(seed++).Test(DType::kBFloat16);
+}
+
 TEST(FinalizeRoutingV2, BitIdenticalAcrossSimdTargetsAndThreads) {
   // 200 rows of (K + 3) * 300 elements: several tasks per run; H spans tiles with a tail.
   for (int64_t mode : {0, 3}) {

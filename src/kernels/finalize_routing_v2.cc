@@ -5,7 +5,7 @@
 #include "hwy/highway.h"
 #include "src/core/parallel.h"
 #include "src/kernels/finalize_routing_v2.h"
-#include "src/kernels/row_ops-inl.h"
+#include "src/kernels/row_ops_fused-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
@@ -75,6 +75,57 @@ HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last,
   }
 }
 
+// Outputs at least this large are written with streaming stores: they cannot stay in the caches anyway.
+constexpr int64_t kStreamMinBytes = int64_t{8} << 20;
+
+// Two vectors of term t from column j (a cache line of 16-bit rows: converted as LoadPair does).
+template <typename T>
+HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
+  LoadPair(t.x ? t.x + j : t.b + j, v0, v1);
+  if (t.x && t.b) {
+    VF b0, b1;
+    LoadPair(t.b + j, &b0, &b1);
+    *v0 = hn::Add(*v0, b0);
+    *v1 = hn::Add(*v1, b1);
+  }
+  if (t.scaled) {
+    const VF s = hn::Set(DF(), t.s);
+    *v0 = hn::Mul(*v0, s);
+    *v1 = hn::Mul(*v1, s);
+  }
+}
+
+// A whole unit-stride row of n columns from at most kGroup terms (pointers at column 0), all terms read side
+// by side, two vectors per step, and stored once (streaming with kStream): the same additions per element,
+// in the same order, as AddGroup over the tiles.
+template <typename T, bool kStream>
+HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, T* HWY_RESTRICT dst, int64_t n) {
+  const DF d;
+  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+  int64_t j = 0;
+  for (; j + 2 * kL <= n; j += 2 * kL) {
+    VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+    if (count > 0) TermPair(terms[0], j, &a0, &a1);
+    for (int m = 1; m < count; ++m) {
+      VF v0, v1;
+      TermPair(terms[m], j, &v0, &v1);
+      a0 = hn::Add(a0, v0);
+      a1 = hn::Add(a1, v1);
+    }
+    PutPair<kStream>(a0, a1, dst + j);
+  }
+  for (; j + kL <= n; j += kL) {
+    VF v = count > 0 ? TermVec(d, terms[0], j) : hn::Zero(d);
+    for (int m = 1; m < count; ++m) v = hn::Add(v, TermVec(d, terms[m], j));
+    StoreF32(d, v, dst + j);
+  }
+  for (; j < n; ++j) {
+    float v = count > 0 ? TermAt(terms[0], j) : 0.0f;
+    for (int m = 1; m < count; ++m) v = v + TermAt(terms[m], j);
+    dst[j] = FromF32<T>(v);
+  }
+}
+
 template <typename T>
 void FinalizeTyped(const FinalizeProblem& p) {
   const int64_t R = p.tokens;
@@ -93,6 +144,7 @@ void FinalizeTyped(const FinalizeProblem& p) {
   const int64_t row_bytes = std::max<int64_t>(1, (K + 3) * H * static_cast<int64_t>(sizeof(T)));
   const int64_t grain = std::max<int64_t>(1, (256 << 10) / row_bytes);
 
+  const bool stream = unit && R * H * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes;
   internal::ParallelFor(0, R, grain, [&](int64_t begin, int64_t end) {
     HWY_ALIGN float acc[kTile];
     Term<T> terms[kGroup];
@@ -126,6 +178,16 @@ void FinalizeTyped(const FinalizeProblem& p) {
           return count;
         };
         bool first = true;
+        if (unit && j0 == 0) {
+          // The whole row in one pass when its terms fit in one group.
+          const int count = collect();
+          if (cursor >= cursor_end) {
+            if (CanStream<T>() && stream && StreamAligned(dst)) SumTermsUnit<T, CanStream<T>()>(terms, count, dst, H);
+            else SumTermsUnit<T, false>(terms, count, dst, H);
+            break;
+          }
+          cursor = 0;
+        }
         for (;;) {
           const int count = collect();
           const bool last = cursor >= cursor_end;
@@ -135,6 +197,7 @@ void FinalizeTyped(const FinalizeProblem& p) {
         }
       }
     }
+    if (stream) hwy::FlushStream();
   });
 }
 
