@@ -145,49 +145,49 @@ void FinalizeTyped(const FinalizeProblem& p) {
   const int64_t grain = std::max<int64_t>(1, (256 << 10) / row_bytes);
 
   const bool stream = unit && R * H * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes;
+  // With at most kGroup terms a row's terms always fit in one group: the whole row in one pass.
+  const bool whole_rows = unit && cursor_end <= kGroup;
   internal::ParallelFor(0, R, grain, [&](int64_t begin, int64_t end) {
     HWY_ALIGN float acc[kTile];
     Term<T> terms[kGroup];
     for (int64_t r = begin; r < end; ++r) {
       T* dst = p.out.Row<T>(r);
-      for (int64_t j0 = 0; j0 < H; j0 += kTile) {
-        const int64_t n = std::min<int64_t>(kTile, H - j0);
-        // Collects the next group of non-empty terms, with pointers at column j0.
-        int64_t cursor = 0;
-        auto collect = [&]() {
-          int count = 0;
-          for (; cursor < cursor_end && count < kGroup; ++cursor) {
-            Term<T>& t = terms[count];
-            if (cursor < residuals) {
-              const RowView& src = (cursor == 0 && has_x1) ? p.x1 : p.x2;
-              t = {src.Row<const T>(r) + j0 * src.col_stride, src.col_stride, nullptr, 0, 1.0f, false};
-              ++count;
-              continue;
-            }
-            const int64_t k = cursor - residuals;
-            const int64_t v = p.row_idx.At<const int32_t>(p.expert_major ? k * R + r : r * K + k);
-            const T* x = v >= 0 ? p.expanded_x.Row<const T>(v) + j0 * p.expanded_x.col_stride : nullptr;
-            const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(r * K + k)) +
-                                        j0 * p.bias.col_stride
-                                  : nullptr;
-            if (x == nullptr && b == nullptr) continue;  // a dropped pair without bias adds nothing
-            const float s = has_scales ? ToF32(p.scales.At<const T>(r * K + k)) : 1.0f;
-            t = {x, p.expanded_x.col_stride, b, p.bias.col_stride, s, true};
+      int64_t j0 = 0;
+      int64_t cursor = 0;
+      // Collects the next group of non-empty terms, with pointers at column j0.
+      auto collect = [&]() {
+        int count = 0;
+        for (; cursor < cursor_end && count < kGroup; ++cursor) {
+          Term<T>& t = terms[count];
+          if (cursor < residuals) {
+            const RowView& src = (cursor == 0 && has_x1) ? p.x1 : p.x2;
+            t = {src.Row<const T>(r) + j0 * src.col_stride, src.col_stride, nullptr, 0, 1.0f, false};
             ++count;
+            continue;
           }
-          return count;
-        };
-        bool first = true;
-        if (unit && j0 == 0) {
-          // The whole row in one pass when its terms fit in one group.
-          const int count = collect();
-          if (cursor >= cursor_end) {
-            if (CanStream<T>() && stream && StreamAligned(dst)) SumTermsUnit<T, CanStream<T>()>(terms, count, dst, H);
-            else SumTermsUnit<T, false>(terms, count, dst, H);
-            break;
-          }
-          cursor = 0;
+          const int64_t k = cursor - residuals;
+          const int64_t v = p.row_idx.At<const int32_t>(p.expert_major ? k * R + r : r * K + k);
+          const T* x = v >= 0 ? p.expanded_x.Row<const T>(v) + j0 * p.expanded_x.col_stride : nullptr;
+          const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(r * K + k)) +
+                                      j0 * p.bias.col_stride
+                                : nullptr;
+          if (x == nullptr && b == nullptr) continue;  // a dropped pair without bias adds nothing
+          const float s = has_scales ? ToF32(p.scales.At<const T>(r * K + k)) : 1.0f;
+          t = {x, p.expanded_x.col_stride, b, p.bias.col_stride, s, true};
+          ++count;
         }
+        return count;
+      };
+      if (whole_rows) {
+        const int count = collect();
+        if (CanStream<T>() && stream && StreamAligned(dst)) SumTermsUnit<T, CanStream<T>()>(terms, count, dst, H);
+        else SumTermsUnit<T, false>(terms, count, dst, H);
+        continue;
+      }
+      for (; j0 < H; j0 += kTile) {
+        const int64_t n = std::min<int64_t>(kTile, H - j0);
+        cursor = 0;
+        bool first = true;
         for (;;) {
           const int count = collect();
           const bool last = cursor >= cursor_end;

@@ -136,47 +136,29 @@ HWY_INLINE void PutBF16x32(__m512 lo, __m512 hi, hwy::bfloat16_t* p) {
   if (kStream) _mm512_stream_si512(reinterpret_cast<__m512i*>(p), packed);
   else _mm512_storeu_si512(reinterpret_cast<void*>(p), packed);
 }
-
-// ScaleRowDotUnit's main loop for bf16 over [0, end) in steps of 32 while they fit (end a multiple of 16),
-// accumulating the dot in the 16 partial sums *acc exactly as the 16-element steps do; returns where it
-// stopped.
-template <bool kStream, bool kOut, bool kX, bool kB>
-HWY_INLINE int64_t ScaleRowDotWide(const ScaleDotRows<hwy::bfloat16_t>& r, float s, int64_t begin, int64_t end,
-                                   int64_t n, VF* acc) {
-  const hwy::bfloat16_t* HWY_RESTRICT g = r.g;
-  const hwy::bfloat16_t* HWY_RESTRICT x = r.x;
-  const hwy::bfloat16_t* HWY_RESTRICT b = r.b;
-  hwy::bfloat16_t* HWY_RESTRICT out = r.out;
-  const __m512 vs = _mm512_set1_ps(s);
-  __m512 a = acc->raw;
-  int64_t j = begin;
-  for (; j + 32 <= end; j += 32) {
-    __m512 g0, g1;
-    LoadBF16x32(g + j, &g0, &g1);
-    if (kX || kB) {
-      __m512 v0, v1;
-      LoadBF16x32(kX ? x + j : b + j, &v0, &v1);
-      if (kX && kB) {
-        __m512 b0, b1;
-        LoadBF16x32(b + j, &b0, &b1);
-        v0 = _mm512_add_ps(v0, b0);
-        v1 = _mm512_add_ps(v1, b1);
-      }
-      a = _mm512_add_ps(a, _mm512_mul_ps(v0, g0));
-      a = _mm512_add_ps(a, _mm512_mul_ps(v1, g1));
-    }
-    if (kOut) PutBF16x32<kStream>(_mm512_mul_ps(g0, vs), _mm512_mul_ps(g1, vs), out + j);
-  }
-  acc->raw = a;
-  return j;
-}
 #endif
 
-// Other element types and targets: no wider steps.
-template <bool kStream, bool kOut, bool kX, bool kB, typename T>
-HWY_INLINE int64_t ScaleRowDotWide(const ScaleDotRows<T>&, float, int64_t begin, int64_t, int64_t, VF*) {
-  return begin;
+// Two vectors of a row as fp32 (elements [0, 2 * lanes) at p), and their rounded store; for bf16 on AVX-512
+// (two vectors: one cache line) a word permutation each way.
+template <typename T>
+HWY_INLINE void LoadPair(const T* p, VF* v0, VF* v1) {
+  const DF d;
+  *v0 = LoadF32(d, p);
+  *v1 = LoadF32(d, p + hn::MaxLanes(d));
 }
+template <bool kStream, typename T>
+HWY_INLINE void PutPair(VF v0, VF v1, T* p) {
+  const DF d;
+  PutF32<kStream>(d, v0, p);
+  PutF32<kStream>(d, v1, p + hn::MaxLanes(d));
+}
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_INLINE void LoadPair(const hwy::bfloat16_t* p, VF* v0, VF* v1) { LoadBF16x32(p, &v0->raw, &v1->raw); }
+template <bool kStream>
+HWY_INLINE void PutPair(VF v0, VF v1, hwy::bfloat16_t* p) {
+  PutBF16x32<kStream>(v0.raw, v1.raw, p);
+}
+#endif
 
 // Unit-stride rows of n elements, g read once for both results: when kOut, out[j] = rne(g[j] * s) exactly as
 // ScaleRow; returns DotRow(x, 1, b, 1, g, 1, n) when kX or kB (x or b null as there), else 0. With start > 0
@@ -200,7 +182,7 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
   VF acc[kVecs];
   for (size_t q = 0; q < kVecs; ++q) acc[q] = start_part ? hn::LoadU(d, start_part + q * kLanes) : hn::Zero(d);
   const int64_t blocked = n / kParts * kParts;
-  int64_t j = ScaleRowDotWide<kStream, kOut, kX, kB>(r, s, start, blocked, n, &acc[0]);
+  int64_t j = start;
   for (; j < blocked; j += kParts) {
     for (size_t q = 0; q < kVecs; ++q) {
       const int64_t o = j + static_cast<int64_t>(q * kLanes);
@@ -289,73 +271,42 @@ constexpr size_t TokenStepVecs() {
 
 template <typename T>
 HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
-  const DF d;
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
-  for (size_t i = 0; i < TokenStepVecs<T>(); ++i) gv[i] = LoadF32(d, g + j + static_cast<int64_t>(i) * kL);
+  static_assert(TokenStepVecs<T>() % 2 == 0, "a step is a whole number of vector pairs");
+  for (size_t i = 0; i < TokenStepVecs<T>(); i += 2) LoadPair(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
 }
-
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-HWY_INLINE void LoadTokenStep(const hwy::bfloat16_t* HWY_RESTRICT g, int64_t j, VF* gv) {
-  for (size_t i = 0; i < TokenStepVecs<hwy::bfloat16_t>(); i += 2) {
-    LoadBF16x32(g + j + static_cast<int64_t>(i) * 16, &gv[i].raw, &gv[i + 1].raw);
-  }
-}
-
-// One 256-byte step of one pair (bf16, AVX-512BW), whole cache lines converted at once as in
-// ScaleRowDotWide, with the same operations.
-template <bool kStream, bool kDot>
-HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<hwy::bfloat16_t>& p, int64_t j, VF* acc) {
-  constexpr size_t kVecs = TokenStepVecs<hwy::bfloat16_t>();
-  if (kDot && (p.x != nullptr || p.b != nullptr)) {
-    __m512 v[kVecs];
-    for (size_t i = 0; i < kVecs; i += 2) {
-      LoadBF16x32((p.x != nullptr ? p.x : p.b) + j + static_cast<int64_t>(i) * 16, &v[i], &v[i + 1]);
-    }
-    if (p.x != nullptr && p.b != nullptr) {
-      for (size_t i = 0; i < kVecs; i += 2) {
-        __m512 b0, b1;
-        LoadBF16x32(p.b + j + static_cast<int64_t>(i) * 16, &b0, &b1);
-        v[i] = _mm512_add_ps(v[i], b0);
-        v[i + 1] = _mm512_add_ps(v[i + 1], b1);
-      }
-    }
-    __m512 a = acc[0].raw;
-    for (size_t i = 0; i < kVecs; ++i) a = _mm512_add_ps(a, _mm512_mul_ps(v[i], gv[i].raw));
-    acc[0].raw = a;
-  }
-  if (p.out != nullptr) {
-    const __m512 vs = _mm512_set1_ps(p.s);
-    for (size_t i = 0; i < kVecs; i += 2) {
-      PutBF16x32<kStream>(_mm512_mul_ps(gv[i].raw, vs), _mm512_mul_ps(gv[i + 1].raw, vs),
-                          p.out + j + static_cast<int64_t>(i) * 16);
-    }
-  }
-}
-#endif
 
 // One 256-byte step of one pair, gv the step's gradY columns: the dot's 16 partial sums acc take (x + b) * g
 // column block by column block (x, b as present), then out = rne(g * s); all loads of the step come before
 // its stores (rows of different pairs often share their address bits below 4 KiB, and a load behind a store
-// to such an address waits for it).
+// to such an address waits for it). Rows move two vectors at a time (LoadPair, PutPair: whole cache lines of
+// bf16 on AVX-512).
 template <bool kStream, bool kDot, typename T>
 HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j, VF* acc) {
   constexpr size_t kSteps = TokenStepVecs<T>();
-  constexpr size_t kLanes = hn::MaxLanes(DF());
-  constexpr size_t kVecs = 16 / kLanes;
-  constexpr int64_t kL = static_cast<int64_t>(kLanes);
+  constexpr size_t kVecs = 16 / hn::MaxLanes(DF());
+  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
   const DF d;
   if (kDot && (p.x != nullptr || p.b != nullptr)) {
     VF v[kSteps];
-    for (size_t i = 0; i < kSteps; ++i) v[i] = LoadF32(d, (p.x != nullptr ? p.x : p.b) + j + static_cast<int64_t>(i) * kL);
+    const T* first = p.x != nullptr ? p.x : p.b;
+    for (size_t i = 0; i < kSteps; i += 2) LoadPair(first + j + static_cast<int64_t>(i) * kL, &v[i], &v[i + 1]);
     if (p.x != nullptr && p.b != nullptr) {
-      for (size_t i = 0; i < kSteps; ++i) v[i] = hn::Add(v[i], LoadF32(d, p.b + j + static_cast<int64_t>(i) * kL));
+      for (size_t i = 0; i < kSteps; i += 2) {
+        VF b0, b1;
+        LoadPair(p.b + j + static_cast<int64_t>(i) * kL, &b0, &b1);
+        v[i] = hn::Add(v[i], b0);
+        v[i + 1] = hn::Add(v[i + 1], b1);
+      }
     }
     // Vector i holds columns [i * kL, (i + 1) * kL) of the step: partial sums i % kVecs.
     for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], hn::Mul(v[i], gv[i]));
   }
   if (p.out != nullptr) {
     const VF vs = hn::Set(d, p.s);
-    for (size_t i = 0; i < kSteps; ++i) PutF32<kStream>(d, hn::Mul(gv[i], vs), p.out + j + static_cast<int64_t>(i) * kL);
+    for (size_t i = 0; i < kSteps; i += 2) {
+      PutPair<kStream>(hn::Mul(gv[i], vs), hn::Mul(gv[i + 1], vs), p.out + j + static_cast<int64_t>(i) * kL);
+    }
   }
 }
 
@@ -393,28 +344,6 @@ HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const 
     for (size_t q = 0; q < kVecs; ++q) hn::StoreU(acc[m][q], d, part[m] + q * kLanes);
   }
 }
-
-// Two vectors of a row as fp32 (elements [0, 2 * lanes) at p), and their rounded store; for bf16 on AVX-512
-// (two vectors: one cache line) a word permutation each way, as in ScaleRowDotWide.
-template <typename T>
-HWY_INLINE void LoadPair(const T* p, VF* v0, VF* v1) {
-  const DF d;
-  *v0 = LoadF32(d, p);
-  *v1 = LoadF32(d, p + hn::MaxLanes(d));
-}
-template <bool kStream, typename T>
-HWY_INLINE void PutPair(VF v0, VF v1, T* p) {
-  const DF d;
-  PutF32<kStream>(d, v0, p);
-  PutF32<kStream>(d, v1, p + hn::MaxLanes(d));
-}
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-HWY_INLINE void LoadPair(const hwy::bfloat16_t* p, VF* v0, VF* v1) { LoadBF16x32(p, &v0->raw, &v1->raw); }
-template <bool kStream>
-HWY_INLINE void PutPair(VF v0, VF v1, hwy::bfloat16_t* p) {
-  PutBF16x32<kStream>(v0.raw, v1.raw, p);
-}
-#endif
 
 // How far ahead of the loads SumRowPtrsUnit prefetches each of its rows.
 constexpr int64_t kGatherPrefetchBytes = 1024;

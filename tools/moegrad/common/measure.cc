@@ -7,9 +7,21 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <utility>
 #include <vector>
 
 namespace moegrad::tool {
+
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  if (n == 0) return 0.0;
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
 
 double MedianSeconds(const std::function<void()>& fn, int warmup, int min_runs, int max_runs,
                      double budget_seconds) {
@@ -25,9 +37,7 @@ double MedianSeconds(const std::function<void()>& fn, int warmup, int min_runs, 
     times.push_back(s);
     spent += s;
   }
-  std::sort(times.begin(), times.end());
-  const size_t n = times.size();
-  return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  return Median(std::move(times));
 }
 
 namespace {
@@ -52,17 +62,6 @@ void ParallelCopy(void* dst, const void* src, size_t bytes, int threads) {
     std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin, end - begin);
   });
 }
-
-namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  if (n == 0) return 0.0;
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
 
 double PairedWithCopy(const std::function<void()>& fn, double fn_bytes, void* dst, const void* src,
                       size_t copy_bytes, int threads, double* ratio, double* copy_bandwidth, int min_runs,
