@@ -74,48 +74,52 @@ void FinalizeTokensUnit(const FinalizeGradProblem& p, int64_t r_begin, int64_t r
     q->b = has_scales && has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
     q->s = has_scales ? ToF32(p.scales.At<const T>(i)) : 1.0f;
   };
-  TokenPairRows<T> pairs[kTokenGroup];
+  // A token's pairs go in groups of at most kTokenGroup; each group's rows are looked up once, one group ahead
+  // (the next group's rows are prefetched as this one ends).
+  auto group_end = [&](int64_t i0) { return std::min(i0 + kTokenGroup, (i0 / K + 1) * K); };
+  auto look_up = [&](int64_t i0, TokenPairRows<T>* q) {
+    for (int64_t i = i0; i < group_end(i0); ++i) rows_of(i, &q[i - i0]);
+  };
+  TokenPairRows<T> groups[2][kTokenGroup];
   HWY_ALIGN float part[kTokenGroup][16];
-  for (int64_t r = r_begin; r < r_end; ++r) {
+  int cur = 0;
+  if (r_begin < r_end && K > 0) look_up(r_begin * K, groups[cur]);  // K = 0: no pairs, nothing to read
+  for (int64_t i0 = r_begin * K; i0 < r_end * K; i0 = group_end(i0), cur ^= 1) {
+    const int64_t r = i0 / K;
     const T* g = p.grad_y.Row<const T>(r);
-    for (int64_t i0 = r * K; i0 < (r + 1) * K; i0 += kTokenGroup) {
-      const int64_t count = std::min(kTokenGroup, (r + 1) * K - i0);
-      // The group after this one (the next token's first, or this token's next): its rows are prefetched.
-      const int64_t next0 = i0 + kTokenGroup < (r + 1) * K ? i0 + kTokenGroup : (r + 1) * K;
-      const bool next_exists = next0 < r_end * K;
-      const T* g_next = next_exists && next0 == (r + 1) * K ? p.grad_y.Row<const T>(r + 1) : nullptr;
-      bool aligned = true;
-      for (int64_t m = 0; m < count; ++m) {
-        rows_of(i0 + m, &pairs[m]);
-        pairs[m].x_next = nullptr;
-        if (next_exists && next0 + m < std::min(next0 + kTokenGroup, r_end * K) && has_scales) {
-          const int64_t v = p.row_idx.At<const int32_t>(next0 + m);
-          if (v >= 0 && v < p.rows) pairs[m].x_next = p.expanded_x.Row<const T>(v);
-        }
-        if (pairs[m].out != nullptr && !StreamAligned(pairs[m].out)) aligned = false;
+    const int64_t count = group_end(i0) - i0;
+    const int64_t next0 = group_end(i0);
+    TokenPairRows<T>* pairs = groups[cur];
+    TokenPairRows<T>* next = groups[cur ^ 1];
+    const int64_t next_count = next0 < r_end * K ? group_end(next0) - next0 : 0;
+    if (next_count > 0) look_up(next0, next);
+    const T* g_next = next_count > 0 && next0 % K == 0 ? p.grad_y.Row<const T>(next0 / K) : nullptr;
+    bool aligned = true;
+    for (int64_t m = 0; m < count; ++m) {
+      pairs[m].x_next = m < next_count ? next[m].x : nullptr;
+      if (pairs[m].out != nullptr && !StreamAligned(pairs[m].out)) aligned = false;
+    }
+    constexpr bool kCan = CanStream<T>();
+    if (has_scales) {
+      if (kCan && stream && aligned) ScaleDotToken<T, kCan, true>(g, g_next, pairs, count, end, H, part);
+      else ScaleDotToken<T, false, true>(g, g_next, pairs, count, end, H, part);
+    } else {
+      if (kCan && stream && aligned) ScaleDotToken<T, kCan, false>(g, g_next, pairs, count, end, H, part);
+      else ScaleDotToken<T, false, false>(g, g_next, pairs, count, end, H, part);
+    }
+    // Columns [end, H), and the dots summed up.
+    for (int64_t m = 0; m < count; ++m) {
+      ScaleDotRows<T> q;
+      q.g = g;
+      q.out = pairs[m].out;
+      q.x = pairs[m].x;
+      q.b = pairs[m].b;
+      if (!has_scales) {
+        if (q.out != nullptr && end < H) ScaleRowDot<T>(q, 1.0f, stream, H, end, nullptr);
+        continue;
       }
-      constexpr bool kCan = CanStream<T>();
-      if (has_scales) {
-        if (kCan && stream && aligned) ScaleDotToken<T, kCan, true>(g, g_next, pairs, count, end, H, part);
-        else ScaleDotToken<T, false, true>(g, g_next, pairs, count, end, H, part);
-      } else {
-        if (kCan && stream && aligned) ScaleDotToken<T, kCan, false>(g, g_next, pairs, count, end, H, part);
-        else ScaleDotToken<T, false, false>(g, g_next, pairs, count, end, H, part);
-      }
-      // Columns [end, H), and the dots summed up.
-      for (int64_t m = 0; m < count; ++m) {
-        ScaleDotRows<T> q;
-        q.g = g;
-        q.out = pairs[m].out;
-        q.x = pairs[m].x;
-        q.b = pairs[m].b;
-        if (!has_scales) {
-          if (q.out != nullptr && end < H) ScaleRowDot<T>(q, 1.0f, stream, H, end, nullptr);
-          continue;
-        }
-        const float dot = ScaleRowDot<T>(q, pairs[m].s, stream, H, end, part[m]);
-        p.grad_scales.At<T>(i0 + m) = FromF32<T>(dot);
-      }
+      const float dot = ScaleRowDot<T>(q, pairs[m].s, stream, H, end, part[m]);
+      p.grad_scales.At<T>(i0 + m) = FromF32<T>(dot);
     }
   }
 }
