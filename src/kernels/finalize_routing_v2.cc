@@ -75,9 +75,6 @@ HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last,
   }
 }
 
-// Outputs at least this large are written with streaming stores: they cannot stay in the caches anyway.
-constexpr int64_t kStreamMinBytes = int64_t{8} << 20;
-
 // Two vectors of term t from column j (a cache line of 16-bit rows: converted as LoadPair does).
 template <typename T>
 HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
@@ -142,7 +139,7 @@ void FinalizeTyped(const FinalizeProblem& p) {
   const int64_t cursor_end = residuals + K;
   // A task should move a few hundred KB: up to K + 2 source rows and one destination row.
   const int64_t row_bytes = std::max<int64_t>(1, (K + 3) * H * static_cast<int64_t>(sizeof(T)));
-  const int64_t grain = std::max<int64_t>(1, (256 << 10) / row_bytes);
+  const int64_t grain = std::max<int64_t>(1, kBytesPerThread / row_bytes);
 
   const bool stream = unit && R * H * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes;
   // With at most kGroup terms a row's terms always fit in one group: the whole row in one pass.

@@ -10,11 +10,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
 
-// Outputs at least this large are written with streaming stores: they cannot stay in the caches anyway.
-constexpr int64_t kStreamMinBytes = int64_t{8} << 20;
-// A thread should move at least this much.
-constexpr int64_t kBytesPerThread = int64_t{256} << 10;
-
 template <typename T>
 void FinalizeGradTyped(const FinalizeGradProblem& p) {
   const int64_t H = p.hidden;
@@ -22,7 +17,7 @@ void FinalizeGradTyped(const FinalizeGradProblem& p) {
   const bool has_scales = p.scales.data != nullptr;
   // A task should move a few hundred KB: rows of H elements in and out.
   const int64_t row_bytes = std::max<int64_t>(1, 2 * H * static_cast<int64_t>(sizeof(T)));
-  const int64_t grain = std::max<int64_t>(1, (256 << 10) / row_bytes);
+  const int64_t grain = std::max<int64_t>(1, kBytesPerThread / row_bytes);
 
   // gradExpandedX, split over its rows: row v sums its pairs in ascending pair order (zero when none).
   internal::ParallelFor(0, p.rows, grain, [&](int64_t begin, int64_t end) {

@@ -7,6 +7,12 @@
 
 namespace moegrad::kernels {
 
+// Outputs at least this large are written with streaming (non-temporal) stores: they cannot stay in the caches
+// anyway, and a streamed line is not read before it is written.
+constexpr int64_t kStreamMinBytes = int64_t{8} << 20;
+// A thread of a parallel kernel should move at least this much, or the fork/join costs more than it saves.
+constexpr int64_t kBytesPerThread = int64_t{256} << 10;
+
 // Rows of a 2-D (rows, H) or 3-D (E, C, H) tensor addressed by a flat row number v: row v starts at
 // (v / inner) * outer_stride + (v % inner) * row_stride elements from data.
 struct RowView {

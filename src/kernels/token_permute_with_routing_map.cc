@@ -33,8 +33,6 @@ void CopyRow(const T* src, int64_t src_stride, T* dst, int64_t dst_stride, int64
   for (int64_t j = 0; j < n; ++j) dst[j * dst_stride] = src[j * src_stride];
 }
 
-// Outputs at least this large are written with streaming stores: they cannot stay in the caches anyway.
-constexpr int64_t kStreamMinBytes = int64_t{8} << 20;
 // How far ahead of the loads the source rows are prefetched.
 constexpr int64_t kPrefetchBytes = 1024;
 
@@ -80,7 +78,7 @@ void RowsTyped(const PermuteProblem& p, const PermuteScratch& s) {
   const int64_t E = p.experts;
   const bool with_probs = p.dst_probs.data != nullptr;
   const int64_t row_bytes = std::max<int64_t>(1, 2 * H * static_cast<int64_t>(sizeof(T)));
-  const int64_t grain = std::max<int64_t>(16, (256 << 10) / row_bytes);
+  const int64_t grain = std::max<int64_t>(16, kBytesPerThread / row_bytes);
   const int64_t copy_bytes = H * static_cast<int64_t>(sizeof(T));
   const bool unit = p.src_tokens.col_stride == 1 && p.dst_tokens.col_stride == 1;
   const bool stream = unit && p.out_rows * copy_bytes >= kStreamMinBytes;

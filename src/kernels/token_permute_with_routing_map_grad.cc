@@ -10,10 +10,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
 
-// Outputs at least this large are written with streaming stores: they cannot stay in the caches anyway.
-constexpr int64_t kStreamMinBytes = int64_t{8} << 20;
-// A thread should move at least this much.
-constexpr int64_t kBytesPerThread = int64_t{256} << 10;
 // Up to this many rows are summed in one pass over the columns (more take a block of columns at a time).
 constexpr int64_t kCached = 32;
 
