@@ -284,7 +284,7 @@ inline std::vector<int64_t> Shape(Input& in, std::vector<int64_t> shape) {
         if (in.Rare(50)) {
           d = d < INT64_MAX ? d + 1 : d;
         } else {
-          d = std::max<int64_t>(0, d - 1);
+          d = d > 0 ? d - 1 : 0;  // no d - 1 for d = INT64_MIN (a fuzzed hidden size)
         }
       }
       break;
