@@ -200,4 +200,15 @@ Status ArgChecker::PairsPerToken(int64_t pairs, const TensorView* scales, int64_
   return Status::Ok();
 }
 
+Status ExpertIdxInBias(const char* op, const kernels::FlatView& expert_idx, int64_t pairs, int64_t bias_rows) {
+  for (int64_t i = 0; i < pairs; ++i) {
+    const int64_t e = expert_idx.At<const int32_t>(i);
+    if (e < 0 || e >= bias_rows) {
+      return MakeStatus(StatusCode::kInvalid, "%s: expertIdx[%lld] = %lld is outside [0, %lld), the rows of bias", op,
+                        static_cast<long long>(i), static_cast<long long>(e), static_cast<long long>(bias_rows));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace moegrad::ops

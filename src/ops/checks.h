@@ -8,6 +8,7 @@
 #include "moegrad/status.hpp"
 #include "moegrad/tensor.hpp"
 #include "src/core/status_util.h"
+#include "src/kernels/kernel_types.h"
 
 namespace moegrad::ops {
 
@@ -54,6 +55,10 @@ class ArgChecker {
  private:
   const char* op_;
 };
+
+// The phase-two check of a finalize operator's expert ids: INVALID ("<op>: expertIdx[i] = e is outside
+// [0, bias_rows), the rows of bias") for the first of the `pairs` ids that is not a row of bias.
+Status ExpertIdxInBias(const char* op, const kernels::FlatView& expert_idx, int64_t pairs, int64_t bias_rows);
 
 // "(2, 3, 4)" for messages.
 struct ShapeString {

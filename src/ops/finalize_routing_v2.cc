@@ -34,16 +34,7 @@ class FinalizePlan final : public internal::PlanBase {
                           static_cast<long long>(q.rows), static_cast<long long>(mode));
       }
     }
-    if (has_bias) {
-      for (int64_t i = 0; i < pairs; ++i) {
-        const int64_t e = q.expert_idx.At<const int32_t>(i);
-        if (e < 0 || e >= bias_rows) {
-          return MakeStatus(StatusCode::kInvalid, "%s: expertIdx[%lld] = %lld is outside [0, %lld), the rows of bias",
-                            kOp, static_cast<long long>(i), static_cast<long long>(e),
-                            static_cast<long long>(bias_rows));
-        }
-      }
-    }
+    if (has_bias) MOEGRAD_RETURN_IF_ERROR(ExpertIdxInBias(kOp, q.expert_idx, pairs, bias_rows));
     kernels::FinalizeRoutingV2(q);
     return Status::Ok();
   }
