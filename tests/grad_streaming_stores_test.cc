@@ -1,7 +1,8 @@
-// The gradient operators write outputs of 8 MiB and more with streaming (non-temporal) stores, and only rows
-// that start a cache line; the rest take ordinary stores. These cases are that large, with H = 2049 so that
-// successive rows start at every offset within a line (wherever the storage begins), and must match the
-// reference bit for bit on every SIMD target and thread count, rows nobody writes included.
+// The gradient operators write large outputs (1 MiB or more, in a call that moves 8 MiB or more) with
+// streaming (non-temporal) stores, and only rows that start a cache line; the rest take ordinary stores. These
+// cases are that large, with H = 2049 so that successive rows start at every offset within a line (wherever
+// the storage begins), and must match the reference bit for bit on every SIMD target and thread count, rows
+// nobody writes included.
 #include <algorithm>
 #include <numeric>
 #include <random>

@@ -141,7 +141,8 @@ void FinalizeTyped(const FinalizeProblem& p) {
   const int64_t row_bytes = std::max<int64_t>(1, (K + 3) * H * static_cast<int64_t>(sizeof(T)));
   const int64_t grain = std::max<int64_t>(1, kBytesPerThread / row_bytes);
 
-  const bool stream = unit && R * H * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes;
+  const int64_t out_bytes = R * H * static_cast<int64_t>(sizeof(T));
+  const bool stream = unit && StreamOutput(out_bytes, (cursor_end + 1) * out_bytes);  // the terms and the output
   // With at most kGroup terms a row's terms always fit in one group: the whole row in one pass.
   const bool whole_rows = unit && cursor_end <= kGroup;
   internal::ParallelFor(0, R, grain, [&](int64_t begin, int64_t end) {

@@ -131,9 +131,9 @@ void FinalizeGradOneWriterTyped(const FinalizeGradProblem& p) {
   const bool unit = p.grad_y.col_stride == 1 && p.grad_expanded_x.col_stride == 1 &&
                     (!has_scales || p.expanded_x.col_stride == 1) && (!has_bias || p.bias.col_stride == 1);
   const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
-  const bool stream = unit && p.rows * row_bytes >= kStreamMinBytes;
   // Half rows moved in all: the token costs plus one row written per zero row.
   const int64_t moved = (p.token_cost[p.tokens] / 2 + p.zero_rows) * std::max<int64_t>(row_bytes, 1);
+  const bool stream = unit && StreamOutput(p.rows * row_bytes, moved);
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t r_begin, r_end;
     internal::BalanceByCost(p.tokens, parts, part, [&](int64_t r) { return p.token_cost[r]; }, &r_begin, &r_end);

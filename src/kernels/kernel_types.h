@@ -7,9 +7,15 @@
 
 namespace moegrad::kernels {
 
-// Outputs at least this large are written with streaming (non-temporal) stores: they cannot stay in the caches
-// anyway, and a streamed line is not read before it is written.
+// A call that moves at least kStreamMinBytes in all (reads and writes) writes an output of at least
+// kStreamMinOutBytes with streaming (non-temporal) stores: the rows it reads push the output out of the caches
+// before anyone could read it there, and a streamed line is not read before it is written (a plain store
+// reads it first: a third more traffic for a row copy).
 constexpr int64_t kStreamMinBytes = int64_t{8} << 20;
+constexpr int64_t kStreamMinOutBytes = int64_t{1} << 20;
+constexpr bool StreamOutput(int64_t out_bytes, int64_t moved_bytes) {
+  return out_bytes >= kStreamMinOutBytes && moved_bytes >= kStreamMinBytes;
+}
 // A thread of a parallel kernel should move at least this much, or the fork/join costs more than it saves.
 constexpr int64_t kBytesPerThread = int64_t{256} << 10;
 

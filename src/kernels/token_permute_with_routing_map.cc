@@ -81,7 +81,7 @@ void RowsTyped(const PermuteProblem& p, const PermuteScratch& s) {
   const int64_t grain = std::max<int64_t>(16, kBytesPerThread / row_bytes);
   const int64_t copy_bytes = H * static_cast<int64_t>(sizeof(T));
   const bool unit = p.src_tokens.col_stride == 1 && p.dst_tokens.col_stride == 1;
-  const bool stream = unit && p.out_rows * copy_bytes >= kStreamMinBytes;
+  const bool stream = unit && StreamOutput(p.out_rows * copy_bytes, 2 * p.out_rows * copy_bytes);
   internal::ParallelFor(0, p.out_rows, grain, [&](int64_t begin, int64_t end) {
     // Expert of the first row: drop-and-pad rows come in blocks of C; dropless experts own
     // [starts[e], starts[e + 1]), some of them empty.

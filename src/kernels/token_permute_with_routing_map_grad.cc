@@ -58,8 +58,8 @@ void DroplessTyped(const PermuteGradProblem& p) {
   const int64_t H = p.hidden;
   // tokensGrad[t] = sum_k grad[sortedIndices[t*K + k]], split over token rows (all of equal cost).
   const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
-  const bool stream = p.tokens * row_bytes >= kStreamMinBytes;
   const int64_t moved = p.tokens * (K + 1) * row_bytes;
+  const bool stream = StreamOutput(p.tokens * row_bytes, moved);
   // probsGrad: the routed (t, e) take permutedProbsOutputGrad in expert-major order. Each block of token
   // rows starts from its own cursors, so blocks are independent and every entry is written exactly once.
   const int64_t E = p.experts;
@@ -114,8 +114,8 @@ void DropPadTyped(const PermuteGradProblem& p) {
   const int64_t C = p.capacity;
   const bool has_probs = p.probs_grad.data != nullptr;
   const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
-  const bool stream = p.tokens * row_bytes >= kStreamMinBytes;
   const int64_t moved = (p.rows + p.tokens) * row_bytes;
+  const bool stream = StreamOutput(p.tokens * row_bytes, moved);
   // Token row t gathers the rows p with sortedIndices[p] == t, ascending (zero when none); its probsGrad row
   // sums permutedProbsOutputGrad[p] per expert p / C, in the same ascending order. Threads take token ranges
   // of about equal rows moved (the rows a token gathers plus its own).
