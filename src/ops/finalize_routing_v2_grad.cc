@@ -47,8 +47,9 @@ class FinalizeGradPlan final : public internal::PlanBase {
         ++written;
       }
       if (v < lo || v >= hi) {
-        return MakeStatus(StatusCode::kInvalid, "%s: expandedRowIdx[%lld] = %lld is outside [%lld, %lld) for dropPadMode %lld",
-                          kOp, static_cast<long long>(i), static_cast<long long>(v), static_cast<long long>(lo),
+        return MakeStatus(StatusCode::kInvalid,
+                          "%s: expandedRowIdx[%lld] = %lld is outside [%lld, %lld) for dropPadMode %lld", kOp,
+                          static_cast<long long>(i), static_cast<long long>(v), static_cast<long long>(lo),
                           static_cast<long long>(hi), static_cast<long long>(mode));
       }
     }
