@@ -200,6 +200,13 @@ Status ArgChecker::PairsPerToken(int64_t pairs, const TensorView* scales, int64_
   return Status::Ok();
 }
 
+Status RowIdxOutside(const char* op, int64_t i, int64_t v, int64_t lo, int64_t hi, int64_t mode) {
+  return MakeStatus(StatusCode::kInvalid,
+                    "%s: expandedRowIdx[%lld] = %lld is outside [%lld, %lld) for dropPadMode %lld", op,
+                    static_cast<long long>(i), static_cast<long long>(v), static_cast<long long>(lo),
+                    static_cast<long long>(hi), static_cast<long long>(mode));
+}
+
 Status ExpertIdxInBias(const char* op, const kernels::FlatView& expert_idx, int64_t pairs, int64_t bias_rows) {
   for (int64_t i = 0; i < pairs; ++i) {
     const int64_t e = expert_idx.At<const int32_t>(i);

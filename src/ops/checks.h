@@ -56,6 +56,10 @@ class ArgChecker {
   const char* op_;
 };
 
+// The phase-two error of a finalize operator's row index: INVALID ("<op>: expandedRowIdx[i] = v is outside
+// [lo, hi) for dropPadMode mode").
+Status RowIdxOutside(const char* op, int64_t i, int64_t v, int64_t lo, int64_t hi, int64_t mode);
+
 // The phase-two check of a finalize operator's expert ids: INVALID ("<op>: expertIdx[i] = e is outside
 // [0, bias_rows), the rows of bias") for the first of the `pairs` ids that is not a row of bias.
 Status ExpertIdxInBias(const char* op, const kernels::FlatView& expert_idx, int64_t pairs, int64_t bias_rows);

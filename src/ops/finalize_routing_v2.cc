@@ -27,12 +27,7 @@ class FinalizePlan final : public internal::PlanBase {
     const int64_t lo = (mode == 1 || mode == 3) ? -1 : 0;
     for (int64_t i = 0; i < pairs; ++i) {
       const int64_t v = q.row_idx.At<const int32_t>(i);
-      if (v < lo || v >= q.rows) {
-        return MakeStatus(StatusCode::kInvalid,
-                          "%s: expandedRowIdx[%lld] = %lld is outside [%lld, %lld) for dropPadMode %lld", kOp,
-                          static_cast<long long>(i), static_cast<long long>(v), static_cast<long long>(lo),
-                          static_cast<long long>(q.rows), static_cast<long long>(mode));
-      }
+      if (v < lo || v >= q.rows) return RowIdxOutside(kOp, i, v, lo, q.rows, mode);
     }
     if (has_bias) MOEGRAD_RETURN_IF_ERROR(ExpertIdxInBias(kOp, q.expert_idx, pairs, bias_rows));
     kernels::FinalizeRoutingV2(q);

@@ -46,12 +46,7 @@ class FinalizeGradPlan final : public internal::PlanBase {
         writer[v] = i;
         ++written;
       }
-      if (v < lo || v >= hi) {
-        return MakeStatus(StatusCode::kInvalid,
-                          "%s: expandedRowIdx[%lld] = %lld is outside [%lld, %lld) for dropPadMode %lld", kOp,
-                          static_cast<long long>(i), static_cast<long long>(v), static_cast<long long>(lo),
-                          static_cast<long long>(hi), static_cast<long long>(mode));
-      }
+      if (v < lo || v >= hi) return RowIdxOutside(kOp, i, v, lo, hi, mode);
     }
     if (has_bias) MOEGRAD_RETURN_IF_ERROR(ExpertIdxInBias(kOp, q.expert_idx, pairs, bias_rows));
     kernels::FinalizeGradProblem run = q;
