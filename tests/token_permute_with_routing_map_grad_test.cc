@@ -319,6 +319,20 @@ TEST(TokenPermuteGrad, EveryTargetAndThreadCountBitIdentical) {
   }
 }
 
+TEST(TokenPermuteGrad, WideAndTallRoutingMaps) {
+  // Dropless probsGrad reads the map in vectors of up to 64 bytes, four at a time, with byte counters flushed
+  // every 255 rows: expert counts around and past those widths, and blocks of more than 255 token rows.
+  for (DType dt : kFloats) {
+    for (int64_t E : {63, 64, 65, 130, 257, 300}) {
+      PermuteGradTester().tokens(33).experts(E).topk(5).hidden(3).seed(E).all_targets(true).Test(dt);
+    }
+    PermuteGradTester().tokens(9).experts(300).topk(7).hidden(3).in_layout(Layout::kTransposed)
+        .out_layout(Layout::kTransposed).seed(3).Test(dt);
+  }
+  // 66000 tokens, each routed to every expert: blocks of 258 rows, each counting 258 entries per expert.
+  PermuteGradTester().tokens(66000).experts(65).topk(65).hidden(1).seed(5).all_targets(true).Test(DType::kFloat32);
+}
+
 TEST(TokenPermuteGrad, RandomSweep) {
   std::mt19937_64 rng(2024);
   const int64_t hiddens[] = {1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 64, 100};
