@@ -157,6 +157,7 @@ void DropPadTyped(const PermuteGradProblem& p) {
   const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
   const int64_t moved = (p.rows + p.tokens) * row_bytes;
   const bool stream = StreamOutput(p.tokens * row_bytes, moved);
+  const bool small = p.rows <= int64_t{UINT32_MAX} && C <= int64_t{UINT32_MAX};
   // Token row t gathers the rows p with sortedIndices[p] == t, ascending (zero when none); its probsGrad row
   // sums permutedProbsOutputGrad[p] per expert p / C, in the same ascending order. Threads take token ranges
   // of about equal rows moved (the rows a token gathers plus its own).
@@ -172,11 +173,14 @@ void DropPadTyped(const PermuteGradProblem& p) {
       T* dst = p.probs_grad.Row<T>(t);
       const int64_t es = p.probs_grad.col_stride;
       ZeroRow(dst, es, p.experts);
-      // Slots ascend, so those of one expert are adjacent: sum each run from its first term, round once.
+      // Slots ascend, so those of one expert are adjacent: sum each run from its first term, round once. One
+      // division per run (slots below 2^32 take the shorter 32-bit one).
       for (int64_t m = 0; m < count;) {
-        const int64_t e = first[m] / C;
+        const int64_t e = small ? static_cast<int64_t>(static_cast<uint32_t>(first[m]) / static_cast<uint32_t>(C))
+                                : first[m] / C;
+        const int64_t run_end = (e + 1) * C;
         float acc = ToF32(p.probs_grad_in.At<const T>(first[m]));
-        for (++m; m < count && first[m] / C == e; ++m) acc += ToF32(p.probs_grad_in.At<const T>(first[m]));
+        for (++m; m < count && first[m] < run_end; ++m) acc += ToF32(p.probs_grad_in.At<const T>(first[m]));
         dst[e * es] = FromF32<T>(acc);
       }
     }

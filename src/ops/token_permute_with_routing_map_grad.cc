@@ -30,12 +30,23 @@ class PermuteGradPlan final : public internal::PlanBase {
 
  protected:
   Status Execute(void* workspace) const override {
+    // sortedIndices read through a plain pointer when it is contiguous (as a forward pass writes it).
+    const kernels::FlatView& idx = problem.sorted_indices;
+    if (idx.inner == 1 && idx.outer_stride == 1) {
+      const int32_t* data = static_cast<const int32_t*>(idx.data);
+      return ExecuteWith(workspace, [data](int64_t p) { return int64_t{data[p]}; });
+    }
+    return ExecuteWith(workspace, [&idx](int64_t p) { return int64_t{idx.At<const int32_t>(p)}; });
+  }
+
+  template <typename IndexAt>
+  Status ExecuteWith(void* workspace, const IndexAt& index_at) const {
     const kernels::PermuteGradProblem& q = problem;
     const int64_t N = q.rows;
     // Index data first, completely, before any output byte is written.
     const int64_t hi = q.drop_and_pad ? q.tokens : N;
     for (int64_t p = 0; p < N; ++p) {
-      const int64_t v = q.sorted_indices.At<const int32_t>(p);
+      const int64_t v = index_at(p);
       if (v < 0 || v >= hi) {
         return MakeStatus(StatusCode::kInvalid, "%s: sortedIndices[%lld] = %lld is outside [0, %lld) for dropAndPad %s",
                           kOp, static_cast<long long>(p), static_cast<long long>(v), static_cast<long long>(hi),
@@ -72,10 +83,10 @@ class PermuteGradPlan final : public internal::PlanBase {
       int64_t* offsets = internal::WorkspaceLayout::At<int64_t>(workspace, offsets_at);
       int64_t* slots = internal::WorkspaceLayout::At<int64_t>(workspace, slots_at);
       for (int64_t t = 0; t <= q.tokens; ++t) offsets[t] = 0;
-      for (int64_t p = 0; p < N; ++p) ++offsets[q.sorted_indices.At<const int32_t>(p) + 1];
+      for (int64_t p = 0; p < N; ++p) ++offsets[index_at(p) + 1];
       for (int64_t t = 0; t < q.tokens; ++t) offsets[t + 1] += offsets[t];
       // Fill with a moving cursor per token; afterwards offsets[t] is restored from the end of token t - 1.
-      for (int64_t p = 0; p < N; ++p) slots[offsets[q.sorted_indices.At<const int32_t>(p)]++] = p;
+      for (int64_t p = 0; p < N; ++p) slots[offsets[index_at(p)]++] = p;
       for (int64_t t = q.tokens; t > 0; --t) offsets[t] = offsets[t - 1];
       offsets[0] = 0;
       run.offsets = offsets;
