@@ -119,20 +119,22 @@ void RegisterAll() {
         }
       }
     }
-    // The fixed cost of a call at 16 tokens: the preset's routing (E, K, C) with H = 16, so that the rows
-    // move almost no bytes and what remains is the plan, the index passes and the thread fork/join.
-    Shape tiny;
-    tiny.tokens = 16;
-    tiny.hidden = 16;
-    tiny.experts = preset.experts;
-    tiny.topk = preset.topk;
-    tiny.capacity = DefaultCapacity(tiny.tokens, preset.experts, preset.topk);
-    for (const BenchRow& row : BenchRows()) {
-      const std::string name =
-          Sanitize(std::string("overhead/") + row.key + "/" + row.mode + "/f32/" + preset.name + "/T:16/H:16");
-      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-        RunOperator(st, name, row, tiny, DType::kFloat32);
-      })->UseRealTime()->Unit(benchmark::kMicrosecond);
+    // The fixed cost of a call: the preset's routing (E, K, C) at 16 and at 1024 tokens with H = 16, so that
+    // the rows move almost no bytes and what remains is the plan, the index passes and the thread fork/join.
+    for (int64_t tokens : {16, 1024}) {
+      Shape tiny;
+      tiny.tokens = tokens;
+      tiny.hidden = 16;
+      tiny.experts = preset.experts;
+      tiny.topk = preset.topk;
+      tiny.capacity = DefaultCapacity(tiny.tokens, preset.experts, preset.topk);
+      for (const BenchRow& row : BenchRows()) {
+        const std::string name = Sanitize(std::string("overhead/") + row.key + "/" + row.mode + "/f32/" +
+                                          preset.name + "/T:" + std::to_string(tokens) + "/H:16");
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+          RunOperator(st, name, row, tiny, DType::kFloat32);
+        })->UseRealTime()->Unit(benchmark::kMicrosecond);
+      }
     }
   }
 }
