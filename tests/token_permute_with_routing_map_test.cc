@@ -271,6 +271,14 @@ TEST(TokenPermuteWithRoutingMap, LargeOutputsStream) {
   // Every thread count splits the rows differently.
   PermuteTester().tokens(2048).experts(16).topk(2).hidden(2049).seed(seed++).all_targets(true)
       .Test(DType::kBFloat16);
+  // Rows are copied token by token, at most 64 destinations per pass over the source row: with 3 tokens and
+  // 100 experts of capacity 2, unrouted tokens fill the slots, so a token is copied to up to 100 rows.
+  for (double density : {0.0, 0.3}) {
+    PermuteTester().tokens(3).experts(100).capacity(2).drop_and_pad(true).density(density).hidden(16384)
+        .seed(seed++).all_targets(true).Test(DType::kFloat32);
+    PermuteTester().tokens(3).experts(100).capacity(2).drop_and_pad(true).density(density).hidden(15)
+        .seed(seed++).Test(DType::kBFloat16);
+  }
 }
 
 TEST(TokenPermuteWithRoutingMap, TopKCapacityAndDensity) {

@@ -36,38 +36,43 @@ void CopyRow(const T* src, int64_t src_stride, T* dst, int64_t dst_stride, int64
 // How far ahead of the loads the source rows are prefetched.
 constexpr int64_t kPrefetchBytes = 1024;
 
-// memcpy of `bytes` from src to dst (16-byte aligned) with non-temporal stores: the destination line is
-// written without being read first, a third less memory traffic than memcpy's ordinary stores (a row of a
-// few KiB is far below the size at which the C library switches to streaming stores itself). The source is
-// prefetched ahead, continuing into `next` (the next row to copy, or null) near the end. x86-64 only (SSE2
-// is part of its baseline); elsewhere plain memcpy.
-void StreamCopy(const char* src, const char* next, char* dst, int64_t bytes) {
-#if defined(__x86_64__) || defined(_M_X64)
-  int64_t i = 0;
-  for (; i + 64 <= bytes; i += 64) {
-    const int64_t a = i + kPrefetchBytes;
-    if (a < bytes) _mm_prefetch(src + a, _MM_HINT_T0);
-    else if (next != nullptr && a - bytes < bytes) _mm_prefetch(next + (a - bytes), _MM_HINT_T0);
-    const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), v0);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), v1);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), v2);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), v3);
-  }
-  if (i < bytes) std::memcpy(dst + i, src + i, static_cast<size_t>(bytes - i));
-#else
-  (void)next;
-  std::memcpy(dst, src, static_cast<size_t>(bytes));
-#endif
-}
-
 // Makes this thread's streaming stores visible to every other thread (they are weakly ordered).
 void FlushStreams() {
 #if defined(__x86_64__) || defined(_M_X64)
   _mm_sfence();
+#endif
+}
+
+// Copies one source row to each of `count` destination rows of `bytes` bytes (16-byte aligned): the source is
+// read from memory once and then from the cache, every destination written with streaming stores. While
+// the copies run, `next` (the next token's row, or null) is prefetched a slice per copy, so that it is in the
+// cache when its own copies start.
+void StreamCopyToMany(const char* src, const char* next, char* const* dsts, int64_t count, int64_t bytes) {
+#if defined(__x86_64__) || defined(_M_X64)
+  const int64_t lines = bytes / 64;
+  for (int64_t m = 0; m < count; ++m) {
+    char* dst = dsts[m];
+    // Copy m prefetches lines [m * lines / count, (m + 1) * lines / count) of next, one per 64 bytes copied.
+    int64_t pf = m * lines / count;
+    const int64_t pf_end = (m + 1) * lines / count;
+    int64_t i = 0;
+    for (; i + 64 <= bytes; i += 64) {
+      if (m == 0 && i + kPrefetchBytes < bytes) _mm_prefetch(src + i + kPrefetchBytes, _MM_HINT_T0);
+      if (next != nullptr && pf < pf_end) _mm_prefetch(next + 64 * pf++, _MM_HINT_T0);
+      const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), v0);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), v1);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), v2);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), v3);
+    }
+    if (i < bytes) std::memcpy(dst + i, src + i, static_cast<size_t>(bytes - i));
+  }
+#else
+  (void)next;
+  for (int64_t m = 0; m < count; ++m) std::memcpy(dsts[m], src, static_cast<size_t>(bytes));
 #endif
 }
 
@@ -76,38 +81,75 @@ template <typename T>
 void RowsTyped(const PermuteProblem& p, const PermuteScratch& s) {
   const int64_t H = p.hidden;
   const int64_t E = p.experts;
+  const int64_t K = p.topk;
+  const int64_t N = p.out_rows;
   const bool with_probs = p.dst_probs.data != nullptr;
-  const int64_t row_bytes = std::max<int64_t>(1, 2 * H * static_cast<int64_t>(sizeof(T)));
-  const int64_t grain = std::max<int64_t>(16, kBytesPerThread / row_bytes);
   const int64_t copy_bytes = H * static_cast<int64_t>(sizeof(T));
   const bool unit = p.src_tokens.col_stride == 1 && p.dst_tokens.col_stride == 1;
-  const bool stream = unit && StreamOutput(p.out_rows * copy_bytes, 2 * p.out_rows * copy_bytes);
-  internal::ParallelFor(0, p.out_rows, grain, [&](int64_t begin, int64_t end) {
+  const bool stream = unit && StreamOutput(N * copy_bytes, (N + p.tokens) * copy_bytes);
+  // The permuted rows each token is copied to: dropless, rows sortedIndices[t * K + k] (written by
+  // PermuteIndices); drop-and-pad, the slots q with src[q] == t, from an inverse index (counting sort).
+  if (p.drop_and_pad) {
+    for (int64_t t = 0; t <= p.tokens; ++t) s.token_offsets[t] = 0;
+    for (int64_t q = 0; q < N; ++q) ++s.token_offsets[s.src[q] + 1];
+    for (int64_t t = 0; t < p.tokens; ++t) s.token_offsets[t + 1] += s.token_offsets[t];
+    for (int64_t q = 0; q < N; ++q) s.token_slots[s.token_offsets[s.src[q]]++] = q;
+    for (int64_t t = p.tokens; t > 0; --t) s.token_offsets[t] = s.token_offsets[t - 1];
+    s.token_offsets[0] = 0;
+  }
+  auto count_of = [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t + 1] - s.token_offsets[t] : K; };
+  auto row_of = [&](int64_t t, int64_t m) -> int64_t {
+    return p.drop_and_pad ? s.token_slots[s.token_offsets[t] + m] : p.sorted_indices.At<const int32_t>(t * K + m);
+  };
+  const int64_t moved = (N + p.tokens) * std::max<int64_t>(1, copy_bytes);
+  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+    // Permuted probs and (drop-and-pad) sortedIndices, in permuted-row order: this part's rows [q0, q1).
+    int64_t q0, q1;
+    internal::Balance211(N, parts, part, &q0, &q1);
     // Expert of the first row: drop-and-pad rows come in blocks of C; dropless experts own
     // [starts[e], starts[e + 1]), some of them empty.
     int64_t e = 0;
-    if (!p.drop_and_pad && with_probs) {
-      e = std::upper_bound(s.starts, s.starts + E + 1, begin) - s.starts - 1;
-    }
-    for (int64_t q = begin; q < end; ++q) {
+    if (!p.drop_and_pad && with_probs && q0 < q1) e = std::upper_bound(s.starts, s.starts + E + 1, q0) - s.starts - 1;
+    for (int64_t q = q0; q < q1; ++q) {
       const int64_t t = s.src[q];
-      T* dst = p.dst_tokens.Row<T>(q);
-      if (stream && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
-        const T* next = q + 1 < end ? p.src_tokens.Row<const T>(s.src[q + 1]) : nullptr;
-        StreamCopy(reinterpret_cast<const char*>(p.src_tokens.Row<const T>(t)),
-                   reinterpret_cast<const char*>(next), reinterpret_cast<char*>(dst), copy_bytes);
-      } else {
-        CopyRow<T>(p.src_tokens.Row<const T>(t), p.src_tokens.col_stride, dst, p.dst_tokens.col_stride, H);
-      }
       if (p.drop_and_pad) p.sorted_indices.At<int32_t>(q) = static_cast<int32_t>(t);
-      if (with_probs) {
-        if (p.drop_and_pad) {
-          e = q / p.capacity;
-        } else {
-          while (q >= s.starts[e + 1]) ++e;
+      if (!with_probs) continue;
+      if (p.drop_and_pad) {
+        e = q / p.capacity;
+      } else {
+        while (q >= s.starts[e + 1]) ++e;
+      }
+      const T* src = reinterpret_cast<const T*>(p.probs) + t * p.probs_row_stride + e * p.probs_col_stride;
+      p.dst_probs.At<T>(q) = *src;
+    }
+    // Permuted token rows in token order: each token row is read once and written to all its rows. Tokens
+    // [t0, t1) of about equal rows moved (the token's own row plus those it is copied to).
+    int64_t t0, t1;
+    internal::BalanceByCost(
+        p.tokens, parts, part, [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t] + t : t * (K + 1); },
+        &t0, &t1);
+    constexpr int64_t kMaxDsts = 64;
+    char* dsts[kMaxDsts];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t count = count_of(t);
+      const T* src = p.src_tokens.Row<const T>(t);
+      if (!stream) {
+        for (int64_t m = 0; m < count; ++m) {
+          CopyRow<T>(src, p.src_tokens.col_stride, p.dst_tokens.Row<T>(row_of(t, m)), p.dst_tokens.col_stride, H);
         }
-        const T* src = reinterpret_cast<const T*>(p.probs) + t * p.probs_row_stride + e * p.probs_col_stride;
-        p.dst_probs.At<T>(q) = *src;
+        continue;
+      }
+      const char* next = t + 1 < t1 ? reinterpret_cast<const char*>(p.src_tokens.Row<const T>(t + 1)) : nullptr;
+      // Destinations a batch at a time; a row that does not start on 16 bytes is copied with memcpy.
+      for (int64_t m0 = 0; m0 < count; m0 += kMaxDsts) {
+        int64_t n = 0;
+        for (int64_t m = m0; m < std::min(count, m0 + kMaxDsts); ++m) {
+          T* dst = p.dst_tokens.Row<T>(row_of(t, m));
+          if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) dsts[n++] = reinterpret_cast<char*>(dst);
+          else CopyRow<T>(src, 1, dst, 1, H);
+        }
+        StreamCopyToMany(reinterpret_cast<const char*>(src), m0 + kMaxDsts >= count ? next : nullptr, dsts, n,
+                         copy_bytes);
       }
     }
     if (stream) FlushStreams();

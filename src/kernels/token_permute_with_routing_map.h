@@ -45,6 +45,10 @@ struct PermuteScratch {
   int64_t* starts = nullptr;   // E + 1: dropless, first permuted row of each expert
   int64_t* running = nullptr;  // E
   int32_t* src = nullptr;      // N: the token each permuted row is copied from
+  // Drop-and-pad: the permuted rows copied from token t are token_slots[token_offsets[t] ..
+  // token_offsets[t + 1]), ascending (built by PermuteRows).
+  int64_t* token_offsets = nullptr;  // T + 1
+  int64_t* token_slots = nullptr;    // N
 };
 
 // Pass 1 (writes only scratch): per-block counts; dropless, each block's first row whose routed count is
@@ -52,7 +56,8 @@ struct PermuteScratch {
 void PermuteCount(const PermuteProblem& p, const PermuteScratch& s);
 // Pass 2: prefix sums, the source token of every permuted row and (dropless) sortedIndices.
 void PermuteIndices(const PermuteProblem& p, const PermuteScratch& s);
-// Pass 3, split over output rows: permuted tokens and probs, and (drop-and-pad) sortedIndices.
+// Pass 3: permuted probs and (drop-and-pad) sortedIndices split over output rows; permuted tokens split over
+// source tokens, each token row read once and copied to all its permuted rows.
 void PermuteRows(const PermuteProblem& p, const PermuteScratch& s);
 
 }  // namespace moegrad::kernels

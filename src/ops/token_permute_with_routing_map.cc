@@ -26,6 +26,7 @@ class PermutePlan final : public internal::PlanBase {
   kernels::PermuteProblem problem;
   int64_t num_out_tokens = 0;
   uint64_t counts_at = 0, bad_at = 0, totals_at = 0, starts_at = 0, running_at = 0, src_at = 0;
+  uint64_t token_offsets_at = 0, token_slots_at = 0;  // drop-and-pad only
 
   void SetWorkspace(const internal::WorkspaceLayout& layout) { workspace_size_ = layout.size(); }
 
@@ -40,6 +41,10 @@ class PermutePlan final : public internal::PlanBase {
     s.starts = WorkspaceLayout::At<int64_t>(workspace, starts_at);
     s.running = WorkspaceLayout::At<int64_t>(workspace, running_at);
     s.src = WorkspaceLayout::At<int32_t>(workspace, src_at);
+    if (q.drop_and_pad) {
+      s.token_offsets = WorkspaceLayout::At<int64_t>(workspace, token_offsets_at);
+      s.token_slots = WorkspaceLayout::At<int64_t>(workspace, token_slots_at);
+    }
     // The routing map is index data: in dropless mode every row must hold exactly K entries. The count
     // pass writes only workspace, so an error leaves the outputs untouched.
     kernels::PermuteCount(q, s);
@@ -190,6 +195,10 @@ Status PlanTokenPermuteWithRoutingMap(const TokenPermuteWithRoutingMapParams& p,
   out->starts_at = layout.Add(static_cast<uint64_t>(E) + 1, sizeof(int64_t));
   out->running_at = layout.Add(static_cast<uint64_t>(E), sizeof(int64_t));
   out->src_at = layout.Add(static_cast<uint64_t>(n), sizeof(int32_t));
+  if (p.drop_and_pad) {
+    out->token_offsets_at = layout.Add(static_cast<uint64_t>(T) + 1, sizeof(int64_t));
+    out->token_slots_at = layout.Add(static_cast<uint64_t>(n), sizeof(int64_t));
+  }
   if (layout.overflowed()) return c.Fail(StatusCode::kInvalid, "the workspace size overflows 64 bits");
   out->SetWorkspace(layout);
   *plan = std::move(out);
