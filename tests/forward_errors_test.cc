@@ -359,6 +359,23 @@ TEST(ForwardErrors, TokenPermuteWithRoutingMap) {
                        kInvalid, "routingMap row 2 has 3 routed entries but dropless mode needs exactly K = numOutTokens / T = 10 / 5 = 2", 2});
       table.push_back({"row short of K", [](PermCase& c) { c.t[1]->SetI(4 * kPE + 0, 0); }, kInvalid,
                        "routingMap row 4 has 1 routed entries", 2});
+      // A map of 40 experts: read 16 bytes at a time, the last 8 one by one; row 3 has a third entry in each part.
+      for (int64_t extra : {12, 37}) {
+        table.push_back({"wide map, row with an extra entry",
+                         [extra](PermCase& c) {
+                           constexpr int64_t kWide = 40;
+                           c.t[1] = TestTensor(DType::kInt8, {kT, kWide});
+                           for (int64_t t = 0; t < kT; ++t) {
+                             for (int64_t e = 0; e < kWide; ++e) c.t[1]->SetI(t * kWide + e, (e == t || e == 20 + t) ? 1 : 0);
+                           }
+                           c.t[1]->SetI(3 * kWide + extra, 1);
+                           c.t[2] = TestTensor(DType::kFloat32, {kT, kWide});
+                         },
+                         kInvalid,
+                         "routingMap row 3 has 3 routed entries but dropless mode needs exactly K = numOutTokens / T = "
+                         "10 / 5 = 2",
+                         2});
+      }
       table.push_back({"K = 0 but routed", [](PermCase& c) { c.attr = 0; c.t[3] = TestTensor(DType::kFloat32, {0, kPH});
                          c.t[4] = TestTensor(DType::kFloat32, {0}); c.t[5] = TestTensor(DType::kInt32, {0}); },
                        kInvalid, "routingMap row 0 has 2 routed entries but dropless mode needs exactly K = numOutTokens / T = 0 / 5 = 0", 2});
