@@ -95,12 +95,25 @@ HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
 // A whole unit-stride row of n columns from at most kGroup terms (pointers at column 0), all terms read side
 // by side, two vectors per step, and stored once (streaming with kStream): the same additions per element,
 // in the same order, as AddGroup over the tiles.
+// Each term's row x (the rows from memory: expandedX, x1, x2; bias rows are left to the caches) is prefetched
+// kTermPrefetchBytes ahead of the loads, and near its end the same term's row of the next output row
+// (next[m].x, m < next_count).
+constexpr int64_t kTermPrefetchBytes = 1024;
+
 template <typename T, bool kStream>
-HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, T* HWY_RESTRICT dst, int64_t n) {
+HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* next, int next_count,
+                               T* HWY_RESTRICT dst, int64_t n) {
   const DF d;
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+  constexpr int64_t kAhead = kTermPrefetchBytes / static_cast<int64_t>(sizeof(T));
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   int64_t j = 0;
   for (; j + 2 * kL <= n; j += 2 * kL) {
+    for (int64_t o = j + kAhead; o < j + kAhead + 2 * kL; o += kLine) {
+      for (int m = 0; m < count; ++m) {
+        if (terms[m].x != nullptr) PrefetchAhead(terms[m].x, m < next_count ? next[m].x : nullptr, o, n);
+      }
+    }
     VF a0 = hn::Zero(d), a1 = hn::Zero(d);
     if (count > 0) TermPair(terms[0], j, &a0, &a1);
     for (int m = 1; m < count; ++m) {
@@ -148,38 +161,57 @@ void FinalizeTyped(const FinalizeProblem& p) {
   internal::ParallelFor(0, R, grain, [&](int64_t begin, int64_t end) {
     HWY_ALIGN float acc[kTile];
     Term<T> terms[kGroup];
+    Term<T> rows_terms[2][kGroup];  // whole rows: this row's terms and the next row's
+    int rows_count[2] = {0, 0};
+    int cur = 0;
     for (int64_t r = begin; r < end; ++r) {
       T* dst = p.out.Row<T>(r);
       int64_t j0 = 0;
       int64_t cursor = 0;
-      // Collects the next group of non-empty terms, with pointers at column j0.
-      auto collect = [&]() {
+      // Collects the next group of non-empty terms of output row `row`, with pointers at column j0.
+      auto collect_row = [&](int64_t row, Term<T>* out) {
         int count = 0;
         for (; cursor < cursor_end && count < kGroup; ++cursor) {
-          Term<T>& t = terms[count];
+          Term<T>& t = out[count];
           if (cursor < residuals) {
             const RowView& src = (cursor == 0 && has_x1) ? p.x1 : p.x2;
-            t = {src.Row<const T>(r) + j0 * src.col_stride, src.col_stride, nullptr, 0, 1.0f, false};
+            t = {src.Row<const T>(row) + j0 * src.col_stride, src.col_stride, nullptr, 0, 1.0f, false};
             ++count;
             continue;
           }
           const int64_t k = cursor - residuals;
-          const int64_t v = p.row_idx.At<const int32_t>(p.expert_major ? k * R + r : r * K + k);
+          const int64_t v = p.row_idx.At<const int32_t>(p.expert_major ? k * R + row : row * K + k);
           const T* x = v >= 0 ? p.expanded_x.Row<const T>(v) + j0 * p.expanded_x.col_stride : nullptr;
-          const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(r * K + k)) +
+          const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(row * K + k)) +
                                       j0 * p.bias.col_stride
                                 : nullptr;
           if (x == nullptr && b == nullptr) continue;  // a dropped pair without bias adds nothing
-          const float s = has_scales ? ToF32(p.scales.At<const T>(r * K + k)) : 1.0f;
+          const float s = has_scales ? ToF32(p.scales.At<const T>(row * K + k)) : 1.0f;
           t = {x, p.expanded_x.col_stride, b, p.bias.col_stride, s, true};
           ++count;
         }
         return count;
       };
+      auto collect = [&]() { return collect_row(r, terms); };
       if (whole_rows) {
-        const int count = collect();
-        if (CanStream<T>() && stream && StreamAligned(dst)) SumTermsUnit<T, CanStream<T>()>(terms, count, dst, H);
-        else SumTermsUnit<T, false>(terms, count, dst, H);
+        // This row's terms were collected one row ahead (the first at the start), so that the next row's
+        // can be prefetched while this one is summed.
+        if (r == begin) {
+          rows_count[cur] = collect_row(r, rows_terms[cur]);
+        }
+        rows_count[cur ^ 1] = 0;
+        if (r + 1 < end) {
+          cursor = 0;
+          rows_count[cur ^ 1] = collect_row(r + 1, rows_terms[cur ^ 1]);
+        }
+        const Term<T>* these = rows_terms[cur];
+        const int count = rows_count[cur];
+        if (CanStream<T>() && stream && StreamAligned(dst)) {
+          SumTermsUnit<T, CanStream<T>()>(these, count, rows_terms[cur ^ 1], rows_count[cur ^ 1], dst, H);
+        } else {
+          SumTermsUnit<T, false>(these, count, rows_terms[cur ^ 1], rows_count[cur ^ 1], dst, H);
+        }
+        cur ^= 1;
         continue;
       }
       for (; j0 < H; j0 += kTile) {
