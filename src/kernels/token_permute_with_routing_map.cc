@@ -285,6 +285,23 @@ void PermuteIndices(const PermuteProblem& p, const PermuteScratch& s) {
       int64_t* cursor = s.counts + b * E;
       int64_t t0, t1;
       BlockRange(p, b, &t0, &t1);
+      if (p.drop_and_pad && p.map_col_stride == 1) {
+        // An unrouted token t lands at totals[e] + (t - cursor[e]) in expert e, a position that never falls
+        // as t grows; when it is past C for every expert at the block's first token, no unrouted token of
+        // the block is kept, and only the routed entries need visiting.
+        bool fills = false;
+        for (int64_t e = 0; e < E && !fills; ++e) fills = s.totals[e] + (t0 - cursor[e]) < C;
+        if (!fills) {
+          for (int64_t t = t0; t < t1; ++t) {
+            ForEachRoutedUnit(MapRow(p, t), E, [&](int64_t e) {
+              const int64_t pos = cursor[e]++;
+              if (pos < C) s.src[e * C + pos] = static_cast<int32_t>(t);
+              return true;
+            });
+          }
+          continue;
+        }
+      }
       for (int64_t t = t0; t < t1; ++t) {
         const uint8_t* row = MapRow(p, t);
         if (!p.drop_and_pad) {
