@@ -32,7 +32,9 @@ HWY_INLINE void CountRoutedUnit(const RowView& map, int64_t t0, int64_t t1, int6
       for (int64_t t = r0; t < r1; ++t) {
         const uint8_t* m = map.Row<const uint8_t>(t) + e0;
         // A true lane of the mask is all ones (-1): subtracting it counts one.
-        for (int64_t v = 0; v < nv; ++v) c[v] = hn::Sub(c[v], hn::VecFromMask(d, hn::Ne(hn::LoadU(d, m + v * n), zero)));
+        for (int64_t v = 0; v < nv; ++v) {
+          c[v] = hn::Sub(c[v], hn::VecFromMask(d, hn::Ne(hn::LoadU(d, m + v * n), zero)));
+        }
       }
       for (int64_t v = 0; v < nv; ++v) hn::Store(c[v], d, part + v * n);
       for (int64_t i = 0; i < nv * n; ++i) count[e0 + i] += part[i];
