@@ -12,6 +12,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "src/core/inverse_index.h"
 #include "src/core/parallel.h"
 
 namespace moegrad::kernels {
@@ -90,12 +91,8 @@ void RowsTyped(const PermuteProblem& p, const PermuteScratch& s) {
   // The permuted rows each token is copied to: dropless, rows sortedIndices[t * K + k] (written by
   // PermuteIndices); drop-and-pad, the slots q with src[q] == t, from an inverse index (counting sort).
   if (p.drop_and_pad) {
-    for (int64_t t = 0; t <= p.tokens; ++t) s.token_offsets[t] = 0;
-    for (int64_t q = 0; q < N; ++q) ++s.token_offsets[s.src[q] + 1];
-    for (int64_t t = 0; t < p.tokens; ++t) s.token_offsets[t + 1] += s.token_offsets[t];
-    for (int64_t q = 0; q < N; ++q) s.token_slots[s.token_offsets[s.src[q]]++] = q;
-    for (int64_t t = p.tokens; t > 0; --t) s.token_offsets[t] = s.token_offsets[t - 1];
-    s.token_offsets[0] = 0;
+    internal::BuildInverseIndex(
+        p.tokens, N, [&](int64_t q) { return int64_t{s.src[q]}; }, s.token_offsets, s.token_slots);
   }
   auto count_of = [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t + 1] - s.token_offsets[t] : K; };
   auto row_of = [&](int64_t t, int64_t m) -> int64_t {

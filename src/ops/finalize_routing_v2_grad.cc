@@ -2,6 +2,7 @@
 
 #include <new>
 
+#include "src/core/inverse_index.h"
 #include "src/core/workspace.h"
 #include "src/kernels/finalize_routing_v2_grad.h"
 #include "src/ops/checks.h"
@@ -73,19 +74,8 @@ class FinalizeGradPlan final : public internal::PlanBase {
       return Status::Ok();
     }
     // Inverse index (counting sort, stable): the pairs that write each row of gradExpandedX, ascending.
-    for (int64_t v = 0; v <= q.rows; ++v) offsets[v] = 0;
-    for (int64_t i = 0; i < pairs; ++i) {
-      const int64_t v = q.row_idx.At<const int32_t>(i);
-      if (v >= 0 && v < q.rows) ++offsets[v + 1];
-    }
-    for (int64_t v = 0; v < q.rows; ++v) offsets[v + 1] += offsets[v];
-    // Fill with a moving cursor per row; afterwards offsets[v] is restored from the end of row v - 1.
-    for (int64_t i = 0; i < pairs; ++i) {
-      const int64_t v = q.row_idx.At<const int32_t>(i);
-      if (v >= 0 && v < q.rows) list[offsets[v]++] = i;
-    }
-    for (int64_t v = q.rows; v > 0; --v) offsets[v] = offsets[v - 1];
-    offsets[0] = 0;
+    internal::BuildInverseIndex(
+        q.rows, pairs, [&](int64_t i) { return int64_t{q.row_idx.At<const int32_t>(i)}; }, offsets, list);
 
     run.offsets = offsets;
     run.pairs = list;

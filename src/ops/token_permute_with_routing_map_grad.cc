@@ -4,6 +4,7 @@
 #include <new>
 
 #include "src/core/int_math.h"
+#include "src/core/inverse_index.h"
 #include "src/core/workspace.h"
 #include "src/kernels/token_permute_with_routing_map_grad.h"
 #include "src/ops/checks.h"
@@ -82,13 +83,7 @@ class PermuteGradPlan final : public internal::PlanBase {
       // Inverse index (counting sort, stable): the rows p gathered into token t, ascending.
       int64_t* offsets = internal::WorkspaceLayout::At<int64_t>(workspace, offsets_at);
       int64_t* slots = internal::WorkspaceLayout::At<int64_t>(workspace, slots_at);
-      for (int64_t t = 0; t <= q.tokens; ++t) offsets[t] = 0;
-      for (int64_t p = 0; p < N; ++p) ++offsets[index_at(p) + 1];
-      for (int64_t t = 0; t < q.tokens; ++t) offsets[t + 1] += offsets[t];
-      // Fill with a moving cursor per token; afterwards offsets[t] is restored from the end of token t - 1.
-      for (int64_t p = 0; p < N; ++p) slots[offsets[index_at(p)]++] = p;
-      for (int64_t t = q.tokens; t > 0; --t) offsets[t] = offsets[t - 1];
-      offsets[0] = 0;
+      internal::BuildInverseIndex(q.tokens, N, index_at, offsets, slots);
       run.offsets = offsets;
       run.slots = slots;
     }
