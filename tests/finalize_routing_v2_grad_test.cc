@@ -345,12 +345,61 @@ TEST(FinalizeRoutingV2Grad, BitIdenticalAcrossSimdTargetsAndThreads) {
   // fp16, H 100, strided rows (the scalar path): 1310 rows per task; 1024 x 3 rows.
   FinalizeGradTester().tokens(1024).hidden(100).topk(3).mode(0).active_num(3000).bias(true).duplicates(true)
       .layout(Layout::kTransposed).seed(3).TestDeterminism(DType::kFloat16);
+  // 16-bit rows with one writer per row (the token walk, whose 16-bit loads and stores are written per SIMD
+  // target), scales and bias, with (H 1000) and without (H 256) columns past the last full step.
+  for (const int64_t hidden : {1000, 256}) {
+    for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+      FinalizeGradTester().tokens(160).hidden(hidden).topk(4).mode(0).bias(true).seed(6).TestDeterminism(dtype);
+    }
+  }
   // Scales without bias, padded views, realistic (one-to-one) mode 1 layout.
   FinalizeGradTester().tokens(64).hidden(2048).topk(2).mode(1).experts(8).capacity(12).layout(Layout::kPadded)
       .seed(5).TestDeterminism(DType::kBFloat16);
   // No scales, mode 1 with many unwritten rows.
   FinalizeGradTester().tokens(40).hidden(1031).topk(2).mode(1).experts(16).capacity(8).scales(false)
       .seed(4).TestDeterminism(DType::kFloat32);
+}
+
+// gradScales is summed in 16 partial sums (column j into partial j % 16, in column order), folded pairwise
+// (partial q + partial q + 8, then q + 4, q + 2, q + 1), on every SIMD target. Rounding exposes the order:
+// with terms 2^24 at column c, -2^24 at c + 4 and 1 at c + 8 (c % 16 < 4), the fold gives (2^24 + 1) + -2^24
+// = 0 (2^24 + 1 rounds to 2^24), where a left-to-right sum, or partials in another lane order, gives 1. The
+// same for the three dtypes, rows walked whole or in steps with a tail, and every thread count.
+TEST(FinalizeRoutingV2Grad, DotPartialSumsInTheDocumentedOrderOnEveryTarget) {
+  for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const int64_t hidden : {256, 200}) {
+      SCOPED_TRACE(std::string(DTypeName(dtype)) + " H " + std::to_string(hidden));
+      FinalizeGradCase c = FinalizeGradTester().tokens(24).hidden(hidden).topk(4).bias(true).seed(7).Build(dtype);
+      // gradY 2^12 everywhere, bias 0; pair i's expandedX row holds 2^12, -2^12 and 2^-12 (terms 2^24, -2^24,
+      // 1) at columns c, c + 4, c + 8 with c = 16 * (i % 12) + i % 4 (a column past 128, the 16-bit token step,
+      // for i % 12 >= 8), zero elsewhere. All of these are exact in every dtype.
+      for (int64_t j = 0; j < c.grad_y->numel(); ++j) c.grad_y->SetF(j, 4096.0f);
+      for (int64_t j = 0; j < c.bias->numel(); ++j) c.bias->SetF(j, 0.0f);
+      for (int64_t j = 0; j < c.expanded_x->numel(); ++j) c.expanded_x->SetF(j, 0.0f);
+      const int64_t pairs = c.expanded_row_idx->numel();
+      for (int64_t i = 0; i < pairs; ++i) {
+        const int64_t row = c.expanded_row_idx->GetI(i);
+        const int64_t col = 16 * (i % 12) + i % 4;
+        c.expanded_x->SetF(row * hidden + col, 4096.0f);
+        c.expanded_x->SetF(row * hidden + col + 4, -4096.0f);
+        c.expanded_x->SetF(row * hidden + col + 8, 1.0f / 4096.0f);
+      }
+      const FinalizeGradCase before = c;
+      const std::vector<std::string> targets = ForEachSimdTarget([&] {
+        for (int threads : {1, 2, 3}) {
+          SetNumThreads(threads);
+          FinalizeGradCase run = before;
+          ASSERT_EQ(AclFinalizeGradCall(run).Run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+          for (int64_t i = 0; i < pairs; ++i) {
+            ASSERT_EQ(run.grad_scales->GetF(i), 0.0f)
+                << "pair " << i << " on " << SimdTarget() << " with " << threads << " threads";
+          }
+        }
+      });
+      SetNumThreads(0);
+      EXPECT_GE(targets.size(), 1u);
+    }
+  }
 }
 
 // A repeatable executor runs any number of times, re-reading its inputs each time.

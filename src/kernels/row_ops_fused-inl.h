@@ -141,8 +141,41 @@ HWY_INLINE void PutBF16x32(__m512 lo, __m512 hi, hwy::bfloat16_t* p) {
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+// bf16 rows with AVX2, 16 elements (32 bytes) per pair of vectors. Interleaving the words with zeros widens
+// them in one instruction per vector (vpunpcklwd, vpunpckhwd) but works within each 128-bit half, so the
+// first vector holds elements [0, 4) and [8, 12), the second [4, 8) and [12, 16): a lane order that
+// element-wise arithmetic does not see, that the pack of the store (vpackusdw, also per half) undoes, and
+// that PairPartials undoes for the partial sums of a dot.
+HWY_INLINE void LoadBF16x16(const hwy::bfloat16_t* p, __m256* v0, __m256* v1) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i zero = _mm256_setzero_si256();
+  *v0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, raw));
+  *v1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, raw));
+}
+
+// BF16BitsRNE's bits of v in the lower 16 bits of each lane (the upper ones zero).
+HWY_INLINE __m256i RoundToBF16Low(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+  const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  return _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
+}
+
+// Stores rne(v0) and rne(v1), in LoadBF16x16's lane order, as 16 bf16 at p.
+template <bool kStream>
+HWY_INLINE void PutBF16x16(__m256 v0, __m256 v1, hwy::bfloat16_t* p) {
+  const __m256i packed = _mm256_packus_epi32(RoundToBF16Low(v0), RoundToBF16Low(v1));
+  if (kStream) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), packed);
+  else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
+}
+#endif
+
 // Two vectors of a row as fp32 (elements [0, 2 * lanes) at p), and their rounded store; for bf16 on AVX-512
-// (two vectors: one cache line) a word permutation each way.
+// (two vectors: one cache line) a word permutation each way, on AVX2 an interleave each way (which leaves the
+// lanes in another order, see LoadBF16x16).
 template <typename T>
 HWY_INLINE void LoadPair(const T* p, VF* v0, VF* v1) {
   const DF d;
@@ -155,11 +188,30 @@ HWY_INLINE void PutPair(VF v0, VF v1, T* p) {
   PutF32<kStream>(d, v0, p);
   PutF32<kStream>(d, v1, p + hn::MaxLanes(d));
 }
+// The 16 partial sums of a dot whose products came from LoadPair (vector i of every pair adding into acc[i]),
+// stored in column order: partial q takes the columns congruent to q modulo 16.
+template <typename T>
+HWY_INLINE void PairPartials(const VF* acc, float* part) {
+  constexpr size_t kLanes = hn::MaxLanes(DF());
+  for (size_t q = 0; q < 16 / kLanes; ++q) hn::StoreU(acc[q], DF(), part + q * kLanes);
+}
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 HWY_INLINE void LoadPair(const hwy::bfloat16_t* p, VF* v0, VF* v1) { LoadBF16x32(p, &v0->raw, &v1->raw); }
 template <bool kStream>
 HWY_INLINE void PutPair(VF v0, VF v1, hwy::bfloat16_t* p) {
   PutBF16x32<kStream>(v0.raw, v1.raw, p);
+}
+#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+HWY_INLINE void LoadPair(const hwy::bfloat16_t* p, VF* v0, VF* v1) { LoadBF16x16(p, &v0->raw, &v1->raw); }
+template <bool kStream>
+HWY_INLINE void PutPair(VF v0, VF v1, hwy::bfloat16_t* p) {
+  PutBF16x16<kStream>(v0.raw, v1.raw, p);
+}
+// acc[0] holds partials 0-3 and 8-11, acc[1] partials 4-7 and 12-15 (LoadBF16x16's order).
+template <>
+HWY_INLINE void PairPartials<hwy::bfloat16_t>(const VF* acc, float* part) {
+  _mm256_storeu_ps(part, _mm256_permute2f128_ps(acc[0].raw, acc[1].raw, 0x20));
+  _mm256_storeu_ps(part + 8, _mm256_permute2f128_ps(acc[0].raw, acc[1].raw, 0x31));
 }
 #endif
 
@@ -343,9 +395,7 @@ HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const 
     for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot>(gv, pairs[m], j, acc[m]);
   }
   if (!kDot) return;
-  for (int64_t m = 0; m < count; ++m) {
-    for (size_t q = 0; q < kVecs; ++q) hn::StoreU(acc[m][q], d, part[m] + q * kLanes);
-  }
+  for (int64_t m = 0; m < count; ++m) PairPartials<T>(acc[m], part[m]);
 }
 
 // How far ahead of the loads SumRowPtrsUnit prefetches each of its rows.
