@@ -364,12 +364,16 @@ TEST(FinalizeRoutingV2Grad, BitIdenticalAcrossSimdTargetsAndThreads) {
 // (partial q + partial q + 8, then q + 4, q + 2, q + 1), on every SIMD target. Rounding exposes the order:
 // with terms 2^24 at column c, -2^24 at c + 4 and 1 at c + 8 (c % 16 < 4), the fold gives (2^24 + 1) + -2^24
 // = 0 (2^24 + 1 rounds to 2^24), where a left-to-right sum, or partials in another lane order, gives 1. The
-// same for the three dtypes, rows walked whole or in steps with a tail, and every thread count.
+// same for the three dtypes, rows walked whole or in steps with a tail, strided rows (padded views, the
+// element-by-element path), and every thread count.
 TEST(FinalizeRoutingV2Grad, DotPartialSumsInTheDocumentedOrderOnEveryTarget) {
   for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    for (const int64_t hidden : {256, 200}) {
-      SCOPED_TRACE(std::string(DTypeName(dtype)) + " H " + std::to_string(hidden));
-      FinalizeGradCase c = FinalizeGradTester().tokens(24).hidden(hidden).topk(4).bias(true).seed(7).Build(dtype);
+    for (const auto& [hidden, layout] : {std::pair{int64_t{256}, Layout::kContiguous},
+                                         std::pair{int64_t{200}, Layout::kContiguous},
+                                         std::pair{int64_t{200}, Layout::kPadded}}) {
+      SCOPED_TRACE(std::string(DTypeName(dtype)) + " H " + std::to_string(hidden) + " " + LayoutName(layout));
+      FinalizeGradCase c =
+          FinalizeGradTester().tokens(24).hidden(hidden).topk(4).bias(true).layout(layout).seed(7).Build(dtype);
       // gradY 2^12 everywhere, bias 0; pair i's expandedX row holds 2^12, -2^12 and 2^-12 (terms 2^24, -2^24,
       // 1) at columns c, c + 4, c + 8 with c = 16 * (i % 12) + i % 4 (a column past 128, the 16-bit token step,
       // for i % 12 >= 8), zero elsewhere. All of these are exact in every dtype.
