@@ -281,16 +281,18 @@ TEST(TokenPermuteWithRoutingMap, LargeOutputsStream) {
   }
 }
 
-// The map is counted and scanned 16 bytes at a time, 256 experts per pass: expert counts around those widths.
+// The map is counted and scanned a vector at a time (16, 32 or 64 bytes by SIMD target), four vectors of
+// experts per counting pass: expert counts around those widths, on every target.
 TEST(TokenPermuteWithRoutingMap, WideRoutingMaps) {
   uint64_t seed = 900;
-  for (int64_t E : {15, 16, 17, 40, 256, 300}) {
+  for (int64_t E : {15, 16, 17, 40, 63, 64, 65, 129, 256, 300}) {
     PermuteTester().tokens(70).experts(E).topk(3).hidden(5).seed(seed++).all_targets(true).Test(DType::kFloat32);
     PermuteTester().tokens(70).experts(E).capacity(2).drop_and_pad(true).density(0.05).hidden(5).seed(seed++)
-        .Test(DType::kBFloat16);
+        .all_targets(true).Test(DType::kBFloat16);
   }
-  // 66000 tokens routed to all 16 experts: blocks of 258 tokens, past the 255 rows a byte counter holds.
-  PermuteTester().tokens(66000).experts(16).topk(16).hidden(1).seed(seed++).Test(DType::kFloat32);
+  // 66000 tokens routed to all 65 experts (a whole 64-byte vector and one more): blocks of 258 tokens, past the
+  // 255 rows a byte counter holds.
+  PermuteTester().tokens(66000).experts(65).topk(65).hidden(1).seed(seed++).Test(DType::kFloat32);
 }
 
 TEST(TokenPermuteWithRoutingMap, TopKCapacityAndDensity) {

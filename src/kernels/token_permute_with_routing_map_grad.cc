@@ -4,65 +4,12 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "src/core/parallel.h"
+#include "src/kernels/routing_map-inl.h"
 #include "src/kernels/row_ops_fused-inl.h"
 #include "src/kernels/token_permute_with_routing_map_grad.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
-
-// --- the routing map, one byte per (token, expert), unit-stride rows ---------------------------------------
-// At most 64 bytes of the map per vector, so that a vector's routed entries fit one 64-bit word of mask bits.
-using DMap = hn::CappedTag<uint8_t, 64>;
-
-// count[e] += the rows t in [t0, t1) routed to expert e (map byte non-zero), e in [0, E). Byte counters in
-// registers, up to 255 rows at a time, four vectors of columns at a time; then added to count.
-HWY_INLINE void CountRoutedUnit(const RowView& map, int64_t t0, int64_t t1, int64_t E, int64_t* count) {
-  const DMap d;
-  using V = hn::Vec<DMap>;
-  constexpr int64_t kV = 4;
-  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t e_vec = E / n * n;
-  HWY_ALIGN uint8_t part[kV * hn::MaxLanes(DMap())];
-  const V zero = hn::Zero(d);
-  for (int64_t e0 = 0; e0 < e_vec; e0 += kV * n) {
-    const int64_t nv = std::min(kV, (e_vec - e0) / n);
-    for (int64_t r0 = t0; r0 < t1; r0 += 255) {
-      const int64_t r1 = std::min(t1, r0 + 255);
-      V c[kV] = {zero, zero, zero, zero};
-      for (int64_t t = r0; t < r1; ++t) {
-        const uint8_t* m = map.Row<const uint8_t>(t) + e0;
-        // A true lane of the mask is all ones (-1): subtracting it counts one.
-        for (int64_t v = 0; v < nv; ++v) {
-          c[v] = hn::Sub(c[v], hn::VecFromMask(d, hn::Ne(hn::LoadU(d, m + v * n), zero)));
-        }
-      }
-      for (int64_t v = 0; v < nv; ++v) hn::Store(c[v], d, part + v * n);
-      for (int64_t i = 0; i < nv * n; ++i) count[e0 + i] += part[i];
-    }
-  }
-  for (int64_t t = t0; t < t1; ++t) {
-    const uint8_t* m = map.Row<const uint8_t>(t);
-    for (int64_t e = e_vec; e < E; ++e) count[e] += m[e] != 0 ? 1 : 0;
-  }
-}
-
-// Calls fn(e) for each e in [0, E) with map[e] non-zero, ascending; map has unit stride.
-template <typename Fn>
-HWY_INLINE void ForEachRouted(const uint8_t* map, int64_t E, const Fn& fn) {
-  const DMap d;
-  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
-  int64_t e0 = 0;
-  for (; e0 + n <= E; e0 += n) {
-    uint8_t bytes[8] = {};
-    hn::StoreMaskBits(d, hn::Ne(hn::LoadU(d, map + e0), hn::Zero(d)), bytes);
-    uint64_t bits;
-    std::memcpy(&bits, bytes, sizeof(bits));
-    for (; bits != 0; bits &= bits - 1) fn(e0 + static_cast<int64_t>(hwy::Num0BitsBelowLS1Bit_Nonzero64(bits)));
-  }
-  for (; e0 < E; ++e0) {
-    if (map[e0] != 0) fn(e0);
-  }
-}
 
 // Up to this many rows are summed in one pass over the columns (more take a block of columns at a time).
 constexpr int64_t kCached = 32;
@@ -134,7 +81,10 @@ void DroplessTyped(const PermuteGradProblem& p) {
       }
       // Few entries are routed: zero the row, then visit the routed ones by the mask bits of the map.
       ZeroRow(dst, 1, E);
-      ForEachRouted(map, E, [&](int64_t e) { dst[e] = p.probs_grad_in.At<const T>(cursor[e]++); });
+      ForEachRouted(map, E, [&](int64_t e) {
+        dst[e] = p.probs_grad_in.At<const T>(cursor[e]++);
+        return true;
+      });
     }
   };
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
@@ -214,7 +164,8 @@ void CountRouted(const PermuteGradProblem& p, int64_t* counts) {
       for (int64_t e = 0; e < E; ++e) count[e] = 0;
       const int64_t t_end = std::min(p.tokens, (b + 1) * p.block_rows);
       if (ms == 1) {
-        CountRoutedUnit(p.routing_map, b * p.block_rows, t_end, E, count);
+        CountRoutedUnit(static_cast<const uint8_t*>(p.routing_map.data), p.routing_map.outer_stride, b * p.block_rows,
+                        t_end, E, count);
         continue;
       }
       for (int64_t t = b * p.block_rows; t < t_end; ++t) {
