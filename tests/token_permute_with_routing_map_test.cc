@@ -290,9 +290,9 @@ TEST(TokenPermuteWithRoutingMap, WideRoutingMaps) {
     PermuteTester().tokens(70).experts(E).capacity(2).drop_and_pad(true).density(0.05).hidden(5).seed(seed++)
         .all_targets(true).Test(DType::kBFloat16);
   }
-  // 66000 tokens routed to all 65 experts (a whole 64-byte vector and one more): blocks of 258 tokens, past the
-  // 255 rows a byte counter holds.
-  PermuteTester().tokens(66000).experts(65).topk(65).hidden(1).seed(seed++).Test(DType::kFloat32);
+  // 66000 tokens routed to all 81 experts (a whole 64-byte vector, a 16-byte one and one more): blocks of 258
+  // tokens, past the 255 rows a byte counter holds.
+  PermuteTester().tokens(66000).experts(81).topk(81).hidden(1).seed(seed++).Test(DType::kFloat32);
 }
 
 TEST(TokenPermuteWithRoutingMap, TopKCapacityAndDensity) {

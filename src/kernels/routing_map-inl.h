@@ -21,23 +21,25 @@ HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// At most 64 bytes of the map per vector, so that a vector's routed entries fit one 64-bit word of mask bits.
+// At most 64 bytes of the map per vector, so that a vector's routed entries fit one 64-bit word of mask bits;
+// the columns left past the last whole vector go 16 at a time, then one at a time.
 using DMap = hn::CappedTag<uint8_t, 64>;
+using DMap16 = hn::CappedTag<uint8_t, 16>;
 
-// count[e] += the rows t in [t0, t1) routed to expert e, e in [0, E); row t starts at map + t * row_stride.
-// Byte counters in registers, up to 255 rows at a time, four vectors of columns at a time; then added to
-// count. Experts past the last whole vector are counted one by one.
-HWY_INLINE void CountRoutedUnit(const uint8_t* map, int64_t row_stride, int64_t t0, int64_t t1, int64_t E,
-                                int64_t* count) {
-  const DMap d;
-  using V = hn::Vec<DMap>;
+// count[e] += the rows t in [t0, t1) routed to expert e, for the whole vectors of d from column e_begin on;
+// returns the first column not counted. Row t starts at map + t * row_stride. Byte counters in registers, up
+// to 255 rows at a time, four vectors of columns at a time; then added to count.
+template <class D>
+HWY_INLINE int64_t CountRoutedVectors(D d, const uint8_t* map, int64_t row_stride, int64_t t0, int64_t t1,
+                                      int64_t e_begin, int64_t E, int64_t* count) {
+  using V = hn::Vec<D>;
   constexpr int64_t kV = 4;
   const int64_t n = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t e_vec = E / n * n;
-  HWY_ALIGN uint8_t part[kV * hn::MaxLanes(DMap())];
+  const int64_t e_end = e_begin + (E - e_begin) / n * n;
+  HWY_ALIGN uint8_t part[kV * hn::MaxLanes(D())];
   const V zero = hn::Zero(d);
-  for (int64_t e0 = 0; e0 < e_vec; e0 += kV * n) {
-    const int64_t nv = std::min(kV, (e_vec - e0) / n);
+  for (int64_t e0 = e_begin; e0 < e_end; e0 += kV * n) {
+    const int64_t nv = std::min(kV, (e_end - e0) / n);
     for (int64_t r0 = t0; r0 < t1; r0 += 255) {
       const int64_t r1 = std::min(t1, r0 + 255);
       V c[kV] = {zero, zero, zero, zero};
@@ -52,27 +54,44 @@ HWY_INLINE void CountRoutedUnit(const uint8_t* map, int64_t row_stride, int64_t 
       for (int64_t i = 0; i < nv * n; ++i) count[e0 + i] += part[i];
     }
   }
+  return e_end;
+}
+
+// count[e] += the rows t in [t0, t1) routed to expert e (map byte non-zero), e in [0, E); row t starts at
+// map + t * row_stride.
+HWY_INLINE void CountRoutedUnit(const uint8_t* map, int64_t row_stride, int64_t t0, int64_t t1, int64_t E,
+                                int64_t* count) {
+  int64_t e = CountRoutedVectors(DMap(), map, row_stride, t0, t1, 0, E, count);
+  if (hn::Lanes(DMap()) > hn::Lanes(DMap16())) e = CountRoutedVectors(DMap16(), map, row_stride, t0, t1, e, E, count);
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* m = map + t * row_stride;
-    for (int64_t e = e_vec; e < E; ++e) count[e] += m[e] != 0 ? 1 : 0;
+    for (int64_t c = e; c < E; ++c) count[c] += m[c] != 0 ? 1 : 0;
   }
+}
+
+// Calls fn(e) for the routed e (row[e] non-zero) among the whole vectors of d from *e0 on, ascending, and
+// advances *e0 past them; false as soon as fn returns false.
+template <class D, typename Fn>
+HWY_INLINE bool ForEachRoutedVectors(D d, const uint8_t* row, int64_t* e0, int64_t E, const Fn& fn) {
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  for (; *e0 + n <= E; *e0 += n) {
+    uint8_t bytes[8] = {};
+    hn::StoreMaskBits(d, hn::Ne(hn::LoadU(d, row + *e0), hn::Zero(d)), bytes);
+    uint64_t bits;
+    std::memcpy(&bits, bytes, sizeof(bits));
+    for (; bits != 0; bits &= bits - 1) {
+      if (!fn(*e0 + static_cast<int64_t>(hwy::Num0BitsBelowLS1Bit_Nonzero64(bits)))) return false;
+    }
+  }
+  return true;
 }
 
 // Calls fn(e) for each e in [0, E) with row[e] non-zero, ascending, until fn returns false; unit stride.
 template <typename Fn>
 HWY_INLINE void ForEachRouted(const uint8_t* row, int64_t E, const Fn& fn) {
-  const DMap d;
-  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
   int64_t e0 = 0;
-  for (; e0 + n <= E; e0 += n) {
-    uint8_t bytes[8] = {};
-    hn::StoreMaskBits(d, hn::Ne(hn::LoadU(d, row + e0), hn::Zero(d)), bytes);
-    uint64_t bits;
-    std::memcpy(&bits, bytes, sizeof(bits));
-    for (; bits != 0; bits &= bits - 1) {
-      if (!fn(e0 + static_cast<int64_t>(hwy::Num0BitsBelowLS1Bit_Nonzero64(bits)))) return;
-    }
-  }
+  if (!ForEachRoutedVectors(DMap(), row, &e0, E, fn)) return;
+  if (hn::Lanes(DMap()) > hn::Lanes(DMap16()) && !ForEachRoutedVectors(DMap16(), row, &e0, E, fn)) return;
   for (; e0 < E; ++e0) {
     if (row[e0] != 0 && !fn(e0)) return;
   }
