@@ -13,7 +13,7 @@
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_moe_finalize_routing_v2_grad.h"
-#include "src/acl/acl_internal.h"
+#include "src/entry/acl/acl_internal.h"
 
 // Live operator-new allocations of this thread: the only way to see from outside that phase two frees a
 // one-shot executor and that a repeatable one stays alive until aclDestroyAclOpExecutor.

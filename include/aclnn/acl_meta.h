@@ -24,6 +24,8 @@ typedef int32_t aclnnStatus;
 #define ACLNN_ERR_PARAM_INVALID 161002
 #define ACLNN_ERR_RUNTIME_ERROR 361001
 #define ACLNN_ERR_INNER 561000
+/* No kernel for the call: its tensors are on a device this build has no backend for. */
+#define ACLNN_ERR_INNER_FIND_KERNEL_ERROR 561003
 
 #ifndef ACL_DATA_TYPE_DEFINED_
 #define ACL_DATA_TYPE_DEFINED_

@@ -13,6 +13,8 @@ enum class StatusCode : int32_t {
   kInvalid = 161002,       // ACLNN_ERR_PARAM_INVALID: any other bad argument
   kRuntimeError = 361001,  // ACLNN_ERR_RUNTIME_ERROR: valid but not possible here (e.g. allocation failed)
   kInner = 561000,         // ACLNN_ERR_INNER: a bug in moegrad
+  kUnsupported = 561003,   // ACLNN_ERR_INNER_FIND_KERNEL_ERROR: valid, but no backend of this build runs it
+                           // (the tensors are on a device it has no kernels for, or on several devices)
 };
 
 class Status {

@@ -40,6 +40,12 @@ constexpr size_t ElementSize(DType t) {
 // "FLOAT32", "BFLOAT16", ... (the names messages use).
 MOEGRAD_API const char* DTypeName(DType t);
 
+// Where a tensor's bytes live. Every tensor of one call must be on one device that this build has a backend for
+// (today the host); otherwise the call fails with StatusCode::kUnsupported and writes nothing.
+enum class Device : int32_t {
+  kHost = 0,
+};
+
 // Element (i0, i1, ...) lives at data + sum_d i_d * strides[d] elements. Strides are in elements and >= 0.
 struct TensorView {
   static constexpr int kMaxRank = 8;
@@ -49,6 +55,7 @@ struct TensorView {
   int rank = 0;
   int64_t sizes[kMaxRank] = {};
   int64_t strides[kMaxRank] = {};
+  Device device = Device::kHost;
 
   TensorView() = default;
   // A contiguous row-major view of `sizes` at `data` (at most kMaxRank sizes).

@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <string>
 
-#include "moegrad/status.hpp"
+#include "src/core/types.h"
 
-namespace moegrad {
+namespace moegrad::core {
 
 __attribute__((format(printf, 2, 3))) inline Status MakeStatus(StatusCode code, const char* fmt, ...) {
   char buf[512];
@@ -18,10 +18,10 @@ __attribute__((format(printf, 2, 3))) inline Status MakeStatus(StatusCode code, 
   return Status(code, buf);
 }
 
-}  // namespace moegrad
+}  // namespace moegrad::core
 
-#define MOEGRAD_RETURN_IF_ERROR(expr)          \
-  do {                                         \
-    ::moegrad::Status moegrad_status_ = (expr); \
-    if (!moegrad_status_.ok()) return moegrad_status_; \
+#define MOEGRAD_RETURN_IF_ERROR(expr)                    \
+  do {                                                   \
+    ::moegrad::core::Status moegrad_status_ = (expr);    \
+    if (!moegrad_status_.ok()) return moegrad_status_;   \
   } while (0)

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-namespace moegrad::internal {
+namespace moegrad::core {
 
 class WorkspaceLayout {
  public:
@@ -20,6 +20,12 @@ class WorkspaceLayout {
     }
     return offset;
   }
+  // Reserves n1 * n2 elements of `elem_bytes` each.
+  uint64_t Add(uint64_t n1, uint64_t n2, uint64_t elem_bytes) {
+    uint64_t count = 0;
+    if (__builtin_mul_overflow(n1, n2, &count)) overflow_ = true;
+    return Add(count, elem_bytes);
+  }
   uint64_t size() const { return size_; }
   bool overflowed() const { return overflow_; }
 
@@ -33,4 +39,4 @@ class WorkspaceLayout {
   bool overflow_ = false;
 };
 
-}  // namespace moegrad::internal
+}  // namespace moegrad::core

@@ -34,6 +34,40 @@ bool IsFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t
 
 }  // namespace
 
+core::RowView Rows2D(const TensorView& t) {
+  core::RowView r;
+  r.data = t.data;
+  r.inner = 1;
+  r.outer_stride = t.strides[0];
+  r.row_stride = 0;
+  r.col_stride = t.strides[1];
+  return r;
+}
+
+core::RowView Rows3D(const TensorView& t) {
+  core::RowView r;
+  r.data = t.data;
+  r.inner = t.sizes[1] > 0 ? t.sizes[1] : 1;
+  r.outer_stride = t.strides[0];
+  r.row_stride = t.strides[1];
+  r.col_stride = t.strides[2];
+  return r;
+}
+
+core::FlatView Flat(const TensorView& t) {
+  core::FlatView f;
+  f.data = t.data;
+  if (t.rank == 1) {
+    f.inner = 1;
+    f.outer_stride = t.strides[0];
+  } else if (t.rank == 2) {
+    f.inner = t.sizes[1] > 0 ? t.sizes[1] : 1;
+    f.outer_stride = t.strides[0];
+    f.inner_stride = t.strides[1];
+  }
+  return f;
+}
+
 ShapeString::ShapeString(const TensorView& t) { FormatDims(t.sizes, t.rank, text, sizeof(text)); }
 
 ShapeString::ShapeString(std::initializer_list<int64_t> dims) {
@@ -117,7 +151,7 @@ Status ArgChecker::Shape(const TensorView& t, const char* name, std::initializer
 
 Status ArgChecker::DTypeIs(const TensorView& t, const char* name, DType want) const {
   if (t.dtype != want) {
-    return Fail(StatusCode::kInvalid, "%s has dtype %s but must be %s", name, DTypeName(t.dtype), DTypeName(want));
+    return Fail(StatusCode::kInvalid, "%s has dtype %s but must be %s", name, NameOf(t.dtype), NameOf(want));
   }
   return Status::Ok();
 }
@@ -125,7 +159,14 @@ Status ArgChecker::DTypeIs(const TensorView& t, const char* name, DType want) co
 Status ArgChecker::FloatDType(const TensorView& t, const char* name) const {
   if (!IsFloat(t.dtype)) {
     return Fail(StatusCode::kInvalid, "%s has dtype %s but must be FLOAT32, FLOAT16 or BFLOAT16", name,
-                DTypeName(t.dtype));
+                NameOf(t.dtype));
+  }
+  return Status::Ok();
+}
+
+Status ArgChecker::IndexMapDType(const TensorView& t, const char* name) const {
+  if (t.dtype != DType::kInt8 && t.dtype != DType::kBool) {
+    return Fail(StatusCode::kInvalid, "%s has dtype %s but must be INT8 or BOOL", name, NameOf(t.dtype));
   }
   return Status::Ok();
 }
@@ -134,7 +175,7 @@ Status ArgChecker::SameDType(const TensorView& t, const char* name, const Tensor
                              const char* ref_name) const {
   if (t.dtype != ref.dtype) {
     return Fail(StatusCode::kInvalid, "%s has dtype %s but %s has %s; all float tensors must share one dtype",
-                name, DTypeName(t.dtype), ref_name, DTypeName(ref.dtype));
+                name, NameOf(t.dtype), ref_name, NameOf(ref.dtype));
   }
   return Status::Ok();
 }
@@ -197,24 +238,6 @@ Status ArgChecker::PairsPerToken(int64_t pairs, const TensorView* scales, int64_
                 static_cast<long long>(pairs), static_cast<long long>(R), rows_name);
   }
   *K = pairs / R;
-  return Status::Ok();
-}
-
-Status RowIdxOutside(const char* op, int64_t i, int64_t v, int64_t lo, int64_t hi, int64_t mode) {
-  return MakeStatus(StatusCode::kInvalid,
-                    "%s: expandedRowIdx[%lld] = %lld is outside [%lld, %lld) for dropPadMode %lld", op,
-                    static_cast<long long>(i), static_cast<long long>(v), static_cast<long long>(lo),
-                    static_cast<long long>(hi), static_cast<long long>(mode));
-}
-
-Status ExpertIdxInBias(const char* op, const kernels::FlatView& expert_idx, int64_t pairs, int64_t bias_rows) {
-  for (int64_t i = 0; i < pairs; ++i) {
-    const int64_t e = expert_idx.At<const int32_t>(i);
-    if (e < 0 || e >= bias_rows) {
-      return MakeStatus(StatusCode::kInvalid, "%s: expertIdx[%lld] = %lld is outside [0, %lld), the rows of bias", op,
-                        static_cast<long long>(i), static_cast<long long>(e), static_cast<long long>(bias_rows));
-    }
-  }
   return Status::Ok();
 }
 

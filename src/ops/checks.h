@@ -4,13 +4,35 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 
-#include "moegrad/status.hpp"
+#include "moegrad/op_info.hpp"
 #include "moegrad/tensor.hpp"
 #include "src/core/status_util.h"
-#include "src/kernels/kernel_types.h"
+#include "src/core/types.h"
+#include "src/core/views.h"
 
 namespace moegrad::ops {
+
+using core::Status;
+using core::StatusCode;
+
+// The core values of public enums (the two share their values).
+inline core::DType CoreDType(DType t) { return static_cast<core::DType>(t); }
+inline core::Device CoreDevice(Device d) { return static_cast<core::Device>(d); }
+inline const char* NameOf(DType t) { return core::DTypeName(CoreDType(t)); }
+// For static_assert: two names are the same string.
+constexpr bool SameName(const char* a, const char* b) {
+  return *a == *b && (*a == '\0' || SameName(a + 1, b + 1));
+}
+// An optional tensor as a pointer, null when absent.
+inline const TensorView* Opt(const std::optional<TensorView>& t) { return t ? &*t : nullptr; }
+
+// How a problem addresses a view: rows of a 2-D (rows, H) or 3-D (E, C, H) tensor, or a 1-D / 2-D tensor read as
+// a flat sequence.
+core::RowView Rows2D(const TensorView& t);
+core::RowView Rows3D(const TensorView& t);
+core::FlatView Flat(const TensorView& t);
 
 class ArgChecker {
  public:
@@ -27,6 +49,8 @@ class ArgChecker {
   Status DTypeIs(const TensorView& t, const char* name, DType want) const;
   // FLOAT32, FLOAT16 or BFLOAT16.
   Status FloatDType(const TensorView& t, const char* name) const;
+  // INT8 or BOOL (a routing map).
+  Status IndexMapDType(const TensorView& t, const char* name) const;
   // All float tensors of one call share one dtype.
   Status SameDType(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name) const;
   // INVALID ("<op>: <out_name> overlaps <other_name> in memory") when the byte spans of two views intersect:
@@ -49,20 +73,53 @@ class ArgChecker {
   Status PairsPerToken(int64_t pairs, const TensorView* scales, int64_t R, const char* rows_name,
                        int64_t k_if_empty, int64_t* K) const;
 
+  // Every tensor of the call WellFormed, in the order of OpInfo<Args>::kTensors, and all on one device, which
+  // `device` receives (the host when the call has no tensor).
+  template <typename Args>
+  Status Tensors(const Args& a, core::Device* device) const {
+    const TensorView* first = nullptr;
+    const char* first_name = "";
+    for (const TensorArg<Args>& arg : OpInfo<Args>::kTensors) {
+      const TensorView* t = arg.Get(a);
+      if (t == nullptr) continue;
+      MOEGRAD_RETURN_IF_ERROR(WellFormed(*t, arg.name));
+      if (first == nullptr) {
+        first = t;
+        first_name = arg.name;
+      } else if (t->device != first->device) {
+        return Fail(StatusCode::kUnsupported, "%s is on device %d but %s is on device %d; the tensors of a call "
+                    "must share one device", arg.name, static_cast<int>(t->device), first_name,
+                    static_cast<int>(first->device));
+      }
+    }
+    *device = first != nullptr ? CoreDevice(first->device) : core::Device::kHost;
+    return Status::Ok();
+  }
+
+  // Every output the call writes (TensorArg::Written) overlaps neither itself nor any other tensor of the call
+  // (inputs, and outputs it writes), in kTensors order.
+  template <typename Args>
+  Status OutputsApart(const Args& a) const {
+    auto counts = [&](const TensorArg<Args>& arg) {
+      return arg.Get(a) != nullptr && (arg.role == ArgRole::kInput || arg.Written(a));
+    };
+    for (const TensorArg<Args>& out : OpInfo<Args>::kTensors) {
+      if (!out.Written(a)) continue;
+      MOEGRAD_RETURN_IF_ERROR(NoSelfOverlap(*out.Get(a), out.name));
+      for (const TensorArg<Args>& other : OpInfo<Args>::kTensors) {
+        if (&other == &out || !counts(other)) continue;
+        MOEGRAD_RETURN_IF_ERROR(NoOverlap(*out.Get(a), out.name, *other.Get(a), other.name));
+      }
+    }
+    return Status::Ok();
+  }
+
   // "<op>: <formatted message>" with the given status.
   __attribute__((format(printf, 3, 4))) Status Fail(StatusCode code, const char* fmt, ...) const;
 
  private:
   const char* op_;
 };
-
-// The phase-two error of a finalize operator's row index: INVALID ("<op>: expandedRowIdx[i] = v is outside
-// [lo, hi) for dropPadMode mode").
-Status RowIdxOutside(const char* op, int64_t i, int64_t v, int64_t lo, int64_t hi, int64_t mode);
-
-// The phase-two check of a finalize operator's expert ids: INVALID ("<op>: expertIdx[i] = e is outside
-// [0, bias_rows), the rows of bias") for the first of the `pairs` ids that is not a row of bias.
-Status ExpertIdxInBias(const char* op, const kernels::FlatView& expert_idx, int64_t pairs, int64_t bias_rows);
 
 // "(2, 3, 4)" for messages.
 struct ShapeString {

@@ -1,0 +1,163 @@
+// moegrad/op_info.hpp: one description per operator. OpInfo<XxxArgs> gives the operator's CANN name, its name
+// on the command line, its tensors in aclnn parameter order (the names messages print, input or output,
+// required or optional) and its attributes in aclnn order. The library's generic checks and its aclnn entry
+// points are driven by it; so can a caller's own bindings, loggers or fuzzers be.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "moegrad/ops.hpp"
+
+namespace moegrad {
+
+enum class ArgRole : int32_t { kInput, kOutput };
+
+// One tensor argument of `Args`: exactly one of `required` / `optional` is set.
+template <typename Args>
+struct TensorArg {
+  const char* name;  // as messages print it, e.g. "gradY", "gradScalesOut"
+  ArgRole role;
+  TensorView Args::*required;
+  std::optional<TensorView> Args::*optional;
+  // For an output that is written only when an optional input is given (gradScalesOut with scales): that input.
+  // An output that is not written is not checked for overlaps.
+  std::optional<TensorView> Args::*written_with;
+
+  bool is_optional() const { return optional != nullptr; }
+  // The view, or null when an optional tensor is absent.
+  const TensorView* Get(const Args& a) const {
+    if (required != nullptr) return &(a.*required);
+    return (a.*optional) ? &*(a.*optional) : nullptr;
+  }
+  // Stores `v` (null: absent; a required tensor then keeps its default, empty view).
+  void Set(Args& a, const TensorView* v) const {
+    if (required != nullptr) {
+      if (v != nullptr) a.*required = *v;
+    } else if (v != nullptr) {
+      a.*optional = *v;
+    } else {
+      (a.*optional).reset();
+    }
+  }
+  // False for an output that this call does not write (see written_with).
+  bool Written(const Args& a) const {
+    return role == ArgRole::kOutput && Get(a) != nullptr && (written_with == nullptr || (a.*written_with));
+  }
+};
+
+// One integer or boolean attribute of `Args`: exactly one of `value` / `flag` is set.
+template <typename Args>
+struct AttrArg {
+  const char* name;  // e.g. "dropPadMode"
+  int64_t Args::*value;
+  bool Args::*flag;
+
+  int64_t Get(const Args& a) const { return value != nullptr ? a.*value : (a.*flag ? 1 : 0); }
+  void Set(Args& a, int64_t v) const {
+    if (value != nullptr) a.*value = v;
+    else a.*flag = v != 0;
+  }
+};
+
+namespace op_info {
+
+template <typename A>
+constexpr TensorArg<A> In(const char* name, TensorView A::*m) { return {name, ArgRole::kInput, m, nullptr, nullptr}; }
+template <typename A>
+constexpr TensorArg<A> In(const char* name, std::optional<TensorView> A::*m) {
+  return {name, ArgRole::kInput, nullptr, m, nullptr};
+}
+template <typename A>
+constexpr TensorArg<A> Out(const char* name, TensorView A::*m) {
+  return {name, ArgRole::kOutput, m, nullptr, nullptr};
+}
+template <typename A>
+constexpr TensorArg<A> Out(const char* name, std::optional<TensorView> A::*m,
+                           std::optional<TensorView> A::*written_with = nullptr) {
+  return {name, ArgRole::kOutput, nullptr, m, written_with};
+}
+template <typename A>
+constexpr AttrArg<A> Attr(const char* name, int64_t A::*m) { return {name, m, nullptr}; }
+template <typename A>
+constexpr AttrArg<A> Attr(const char* name, bool A::*m) { return {name, nullptr, m}; }
+
+}  // namespace op_info
+
+// Specialized below for each operator's argument struct.
+template <typename Args>
+struct OpInfo;
+
+template <>
+struct OpInfo<FinalizeRoutingV2GradArgs> {
+  using A = FinalizeRoutingV2GradArgs;
+  static constexpr const char* kName = "MoeFinalizeRoutingV2Grad";
+  static constexpr const char* kKey = "finalize-routing-v2-grad";
+  static constexpr TensorArg<A> kTensors[] = {
+      op_info::In("gradY", &A::grad_y),          op_info::In("expandedRowIdx", &A::expanded_row_idx),
+      op_info::In("expandedX", &A::expanded_x),  op_info::In("scales", &A::scales),
+      op_info::In("expertIdx", &A::expert_idx),  op_info::In("bias", &A::bias),
+      op_info::Out("gradExpandedXOut", &A::grad_expanded_x),
+      op_info::Out("gradScalesOut", &A::grad_scales, &A::scales)};
+  static constexpr AttrArg<A> kAttrs[] = {
+      op_info::Attr("dropPadMode", &A::drop_pad_mode), op_info::Attr("activeNum", &A::active_num),
+      op_info::Attr("expertNum", &A::expert_num), op_info::Attr("expertCapacity", &A::expert_capacity)};
+};
+
+template <>
+struct OpInfo<TokenPermuteWithRoutingMapGradArgs> {
+  using A = TokenPermuteWithRoutingMapGradArgs;
+  static constexpr const char* kName = "MoeTokenPermuteWithRoutingMapGrad";
+  static constexpr const char* kKey = "token-permute-with-routing-map-grad";
+  static constexpr TensorArg<A> kTensors[] = {
+      op_info::In("permutedTokenOutputGrad", &A::permuted_token_output_grad),
+      op_info::In("permutedProbsOutputGrad", &A::permuted_probs_output_grad),
+      op_info::In("sortedIndices", &A::sorted_indices),
+      op_info::In("routingMap", &A::routing_map),
+      op_info::Out("tokensGradOut", &A::tokens_grad),
+      op_info::Out("probsGradOut", &A::probs_grad, &A::permuted_probs_output_grad)};
+  static constexpr AttrArg<A> kAttrs[] = {op_info::Attr("numExperts", &A::num_experts),
+                                          op_info::Attr("tokensNum", &A::tokens_num),
+                                          op_info::Attr("dropAndPad", &A::drop_and_pad)};
+};
+
+template <>
+struct OpInfo<FinalizeRoutingV2Args> {
+  using A = FinalizeRoutingV2Args;
+  static constexpr const char* kName = "MoeFinalizeRoutingV2";
+  static constexpr const char* kKey = "finalize-routing-v2";
+  static constexpr TensorArg<A> kTensors[] = {
+      op_info::In("expandedX", &A::expanded_x), op_info::In("expandedRowIdx", &A::expanded_row_idx),
+      op_info::In("x1", &A::x1),                op_info::In("x2", &A::x2),
+      op_info::In("bias", &A::bias),            op_info::In("scales", &A::scales),
+      op_info::In("expertIdx", &A::expert_idx), op_info::Out("out", &A::out)};
+  static constexpr AttrArg<A> kAttrs[] = {op_info::Attr("dropPadMode", &A::drop_pad_mode)};
+};
+
+template <>
+struct OpInfo<TokenPermuteWithRoutingMapArgs> {
+  using A = TokenPermuteWithRoutingMapArgs;
+  static constexpr const char* kName = "MoeTokenPermuteWithRoutingMap";
+  static constexpr const char* kKey = "token-permute-with-routing-map";
+  static constexpr TensorArg<A> kTensors[] = {
+      op_info::In("tokens", &A::tokens),
+      op_info::In("routingMap", &A::routing_map),
+      op_info::In("probs", &A::probs),
+      op_info::Out("permuteTokensOut", &A::permute_tokens),
+      op_info::Out("permuteProbsOut", &A::permute_probs, &A::probs),
+      op_info::Out("sortedIndicesOut", &A::sorted_indices)};
+  static constexpr AttrArg<A> kAttrs[] = {op_info::Attr("numOutTokens", &A::num_out_tokens),
+                                          op_info::Attr("dropAndPad", &A::drop_and_pad)};
+};
+
+// Calls fn(OpInfo<Args>()) for every operator's Args, in the order of the README's operator table.
+template <typename Fn>
+void ForEachOp(const Fn& fn) {
+  fn(OpInfo<FinalizeRoutingV2GradArgs>());
+  fn(OpInfo<TokenPermuteWithRoutingMapGradArgs>());
+  fn(OpInfo<FinalizeRoutingV2Args>());
+  fn(OpInfo<TokenPermuteWithRoutingMapArgs>());
+}
+
+}  // namespace moegrad

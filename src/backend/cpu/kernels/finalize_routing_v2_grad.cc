@@ -1,0 +1,189 @@
+// MoeFinalizeRoutingV2Grad kernels, one copy per SIMD target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/backend/cpu/kernels/finalize_routing_v2_grad.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "src/backend/cpu/parallel.h"
+#include "src/backend/cpu/kernels/finalize_routing_v2_grad.h"
+#include "src/backend/cpu/kernels/row_ops_fused-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace moegrad::kernels::HWY_NAMESPACE {
+
+template <typename T>
+void FinalizeGradTyped(const FinalizeRoutingV2GradTask& p) {
+  const int64_t H = p.hidden;
+  const int64_t K = p.topk;
+  const bool has_scales = p.scales.data != nullptr;
+  // A task should move a few hundred KB: rows of H elements in and out.
+  const int64_t row_bytes = std::max<int64_t>(1, 2 * H * static_cast<int64_t>(sizeof(T)));
+  const int64_t grain = std::max<int64_t>(1, kBytesPerThread / row_bytes);
+
+  // gradExpandedX, split over its rows: row v sums its pairs in ascending pair order (zero when none).
+  internal::ParallelFor(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t v = begin; v < end; ++v) {
+      const int64_t* first = p.pairs + p.offsets[v];
+      const int64_t count = p.offsets[v + 1] - p.offsets[v];
+      T* dst = p.grad_expanded_x.Row<T>(v);
+      SumRowsOf<T>(
+          count,
+          [&](int64_t m, float* scale) {
+            const int64_t i = first[m];
+            *scale = has_scales ? ToF32(p.scales.At<T>(i)) : 1.0f;
+            return p.grad_y.Row<const T>(i / K);
+          },
+          p.grad_y.col_stride, dst, p.grad_expanded_x.col_stride, H);
+    }
+  });
+
+  if (!has_scales) return;
+  // gradScales, split over pairs: (x_i + b_i) . gradY[i / K], x_i = 0 for a dropped pair.
+  const bool has_bias = p.bias.data != nullptr;
+  internal::ParallelFor(0, p.tokens * K, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t v = p.row_idx.At<const int32_t>(i);
+      const T* x = (v >= 0 && v < p.rows) ? p.expanded_x.Row<const T>(v) : nullptr;
+      const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
+      const float dot = DotRow(x, p.expanded_x.col_stride, b, p.bias.col_stride, p.grad_y.Row<const T>(i / K),
+                               p.grad_y.col_stride, H);
+      p.grad_scales.At<T>(i) = FromF32<T>(dot);
+    }
+  });
+}
+
+// Unit-stride rows, token by token: the K pairs of token r walk their rows together (ScaleDotToken), so
+// gradY[r] is read once for all of them and each pair's expandedX row once, for both its gradExpandedX row
+// and its gradScales dot. Same arithmetic as the CSR path.
+template <typename T>
+void FinalizeTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t r_begin, int64_t r_end, bool stream) {
+  const int64_t H = p.hidden;
+  const int64_t K = p.topk;
+  const bool has_scales = p.scales.data != nullptr;
+  const bool has_bias = p.bias.data != nullptr;
+  const int64_t end = H / TokenStep<T>() * TokenStep<T>();
+  auto rows_of = [&](int64_t i, TokenPairRows<T>* q) {
+    const int64_t v = p.row_idx.At<const int32_t>(i);
+    const bool written = v >= 0 && v < p.rows;
+    q->out = written ? p.grad_expanded_x.Row<T>(v) : nullptr;
+    q->x = written && has_scales ? p.expanded_x.Row<const T>(v) : nullptr;
+    q->b = has_scales && has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
+    q->s = has_scales ? ToF32(p.scales.At<const T>(i)) : 1.0f;
+  };
+  // A token's pairs go in groups of at most kTokenGroup; each group's rows are looked up once, one group ahead
+  // (the next group's rows are prefetched as this one ends).
+  auto group_end = [&](int64_t i0) { return std::min(i0 + kTokenGroup, (i0 / K + 1) * K); };
+  auto look_up = [&](int64_t i0, TokenPairRows<T>* q) {
+    for (int64_t i = i0; i < group_end(i0); ++i) rows_of(i, &q[i - i0]);
+  };
+  TokenPairRows<T> groups[2][kTokenGroup];
+  HWY_ALIGN float part[kTokenGroup][16];
+  int cur = 0;
+  if (r_begin < r_end && K > 0) look_up(r_begin * K, groups[cur]);  // K = 0: no pairs, nothing to read
+  for (int64_t i0 = r_begin * K; i0 < r_end * K; i0 = group_end(i0), cur ^= 1) {
+    const int64_t r = i0 / K;
+    const T* g = p.grad_y.Row<const T>(r);
+    const int64_t count = group_end(i0) - i0;
+    const int64_t next0 = group_end(i0);
+    TokenPairRows<T>* pairs = groups[cur];
+    TokenPairRows<T>* next = groups[cur ^ 1];
+    const int64_t next_count = next0 < r_end * K ? group_end(next0) - next0 : 0;
+    if (next_count > 0) look_up(next0, next);
+    const T* g_next = next_count > 0 && next0 % K == 0 ? p.grad_y.Row<const T>(next0 / K) : nullptr;
+    bool aligned = true;
+    for (int64_t m = 0; m < count; ++m) {
+      pairs[m].x_next = m < next_count ? next[m].x : nullptr;
+      if (pairs[m].out != nullptr && !StreamAligned(pairs[m].out)) aligned = false;
+    }
+    constexpr bool kCan = CanStream<T>();
+    if (has_scales) {
+      if (kCan && stream && aligned) ScaleDotToken<T, kCan, true>(g, g_next, pairs, count, end, H, part);
+      else ScaleDotToken<T, false, true>(g, g_next, pairs, count, end, H, part);
+    } else {
+      if (kCan && stream && aligned) ScaleDotToken<T, kCan, false>(g, g_next, pairs, count, end, H, part);
+      else ScaleDotToken<T, false, false>(g, g_next, pairs, count, end, H, part);
+    }
+    // Columns [end, H), and the dots summed up.
+    for (int64_t m = 0; m < count; ++m) {
+      ScaleDotRows<T> q;
+      q.g = g;
+      q.out = pairs[m].out;
+      q.x = pairs[m].x;
+      q.b = pairs[m].b;
+      if (!has_scales) {
+        if (q.out != nullptr && end < H) ScaleRowDot<T>(q, 1.0f, stream, H, end, nullptr);
+        continue;
+      }
+      const float dot = ScaleRowDot<T>(q, pairs[m].s, stream, H, end, part[m]);
+      p.grad_scales.At<T>(i0 + m) = FromF32<T>(dot);
+    }
+  }
+}
+
+// Every row of gradExpandedX has at most one writer: one pass, token by token, gradY[r] read once for its K
+// pairs and each pair's expandedX row once, for both its gradExpandedX row and its gradScales dot; rows nobody
+// writes are zeroed by the same threads. Same arithmetic as the CSR path.
+template <typename T>
+void FinalizeGradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
+  const int64_t H = p.hidden;
+  const int64_t K = p.topk;
+  const bool has_scales = p.scales.data != nullptr;
+  const bool has_bias = p.bias.data != nullptr;
+  const bool unit = p.grad_y.col_stride == 1 && p.grad_expanded_x.col_stride == 1 &&
+                    (!has_scales || p.expanded_x.col_stride == 1) && (!has_bias || p.bias.col_stride == 1);
+  const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
+  // Half rows moved in all: the token costs plus one row written per zero row.
+  const int64_t moved = (p.token_cost[p.tokens] / 2 + p.zero_rows) * std::max<int64_t>(row_bytes, 1);
+  const bool stream = unit && StreamOutput(p.rows * row_bytes, moved);
+  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+    int64_t r_begin, r_end;
+    internal::BalanceByCost(p.tokens, parts, part, [&](int64_t r) { return p.token_cost[r]; }, &r_begin, &r_end);
+    if (unit) {
+      FinalizeTokensUnit<T>(p, r_begin, r_end, stream);
+    } else {
+      for (int64_t i = r_begin * K; i < r_end * K; ++i) {
+        const T* g = p.grad_y.Row<const T>(i / K);
+        const int64_t v = p.row_idx.At<const int32_t>(i);
+        T* out = v >= 0 && v < p.rows ? p.grad_expanded_x.Row<T>(v) : nullptr;
+        const float s = has_scales ? ToF32(p.scales.At<const T>(i)) : 1.0f;
+        if (out != nullptr) ScaleRow(g, p.grad_y.col_stride, s, out, p.grad_expanded_x.col_stride, H);
+        if (!has_scales) continue;
+        const T* x = out != nullptr ? p.expanded_x.Row<const T>(v) : nullptr;
+        const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
+        const float dot = DotRow(x, p.expanded_x.col_stride, b, p.bias.col_stride, g, p.grad_y.col_stride, H);
+        p.grad_scales.At<T>(i) = FromF32<T>(dot);
+      }
+    }
+    // This part's share of the rows no pair writes: those of rank [z_begin, z_end) among them.
+    if (p.zero_rows > 0) {
+      int64_t z_begin, z_end;
+      internal::Balance211(p.zero_rows, parts, part, &z_begin, &z_end);
+      for (int64_t v = 0, rank = 0; v < p.rows && rank < z_end; ++v) {
+        if (p.writer[v] >= 0) continue;
+        if (rank++ < z_begin) continue;
+        T* dst = p.grad_expanded_x.Row<T>(v);
+        if (unit) ZeroRowUnit(dst, H, stream);
+        else ZeroRow(dst, p.grad_expanded_x.col_stride, H);
+      }
+    }
+    if (stream) hwy::FlushStream();
+  });
+}
+
+void FinalizeRoutingV2GradImpl(const FinalizeRoutingV2GradTask& p) {
+  WithFloatType(p.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    if (p.one_writer) FinalizeGradOneWriterTyped<T>(p);
+    else FinalizeGradTyped<T>(p);
+  });
+}
+
+}  // namespace moegrad::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace moegrad::kernels {
+
+MOEGRAD_KERNEL_ENTRY(RunFinalizeRoutingV2Grad, FinalizeRoutingV2GradImpl, FinalizeRoutingV2GradTask)
+
+}  // namespace moegrad::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,157 @@
+// MoeTokenPermuteWithRoutingMap row copies. Unlike the arithmetic kernels these are not compiled per SIMD
+// target: rows are copied bit for bit (no widening or rounding), with memcpy or, for large outputs, 16-byte
+// streaming stores (baseline x86-64). The index passes, which read the routing map in vectors, are in
+// token_permute_with_routing_map_index.cc.
+#include "src/backend/cpu/kernels/token_permute_with_routing_map.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h>
+#include <xmmintrin.h>
+#endif
+
+#include "src/backend/cpu/inverse_index.h"
+#include "src/backend/cpu/parallel.h"
+
+namespace moegrad::kernels {
+namespace {
+
+template <typename T>
+void CopyRow(const T* src, int64_t src_stride, T* dst, int64_t dst_stride, int64_t n) {
+  if (src_stride == 1 && dst_stride == 1) {
+    if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) dst[j * dst_stride] = src[j * src_stride];
+}
+
+// How far ahead of the loads the source rows are prefetched.
+constexpr int64_t kPrefetchBytes = 1024;
+
+// Makes this thread's streaming stores visible to every other thread (they are weakly ordered).
+void FlushStreams() {
+#if defined(__x86_64__) || defined(_M_X64)
+  _mm_sfence();
+#endif
+}
+
+// Copies one source row to each of `count` destination rows of `bytes` bytes (16-byte aligned): the source is
+// read from memory once and then from the cache, every destination written with streaming stores. While
+// the copies run, `next` (the next token's row, or null) is prefetched a slice per copy, so that it is in the
+// cache when its own copies start.
+void StreamCopyToMany(const char* src, const char* next, char* const* dsts, int64_t count, int64_t bytes) {
+#if defined(__x86_64__) || defined(_M_X64)
+  const int64_t lines = bytes / 64;
+  for (int64_t m = 0; m < count; ++m) {
+    char* dst = dsts[m];
+    // Copy m prefetches lines [m * lines / count, (m + 1) * lines / count) of next, one per 64 bytes copied.
+    int64_t pf = m * lines / count;
+    const int64_t pf_end = (m + 1) * lines / count;
+    int64_t i = 0;
+    for (; i + 64 <= bytes; i += 64) {
+      if (m == 0 && i + kPrefetchBytes < bytes) _mm_prefetch(src + i + kPrefetchBytes, _MM_HINT_T0);
+      if (next != nullptr && pf < pf_end) _mm_prefetch(next + 64 * pf++, _MM_HINT_T0);
+      const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), v0);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), v1);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), v2);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), v3);
+    }
+    if (i < bytes) std::memcpy(dst + i, src + i, static_cast<size_t>(bytes - i));
+  }
+#else
+  (void)next;
+  for (int64_t m = 0; m < count; ++m) std::memcpy(dsts[m], src, static_cast<size_t>(bytes));
+#endif
+}
+
+// Elements are moved as unsigned integers of their width: the one dtype switch of this operator.
+template <typename T>
+void RowsTyped(const TokenPermuteWithRoutingMapTask& p, const TokenPermuteWithRoutingMapScratch& s) {
+  const int64_t H = p.hidden;
+  const int64_t E = p.experts;
+  const int64_t K = p.topk;
+  const int64_t N = p.out_rows;
+  const bool with_probs = p.dst_probs.data != nullptr;
+  const int64_t copy_bytes = H * static_cast<int64_t>(sizeof(T));
+  const bool unit = p.src_tokens.col_stride == 1 && p.dst_tokens.col_stride == 1;
+  const bool stream = unit && StreamOutput(N * copy_bytes, (N + p.tokens) * copy_bytes);
+  // The permuted rows each token is copied to: dropless, rows sortedIndices[t * K + k] (written by
+  // PermuteIndices); drop-and-pad, the slots q with src[q] == t, from an inverse index (counting sort).
+  if (p.drop_and_pad) {
+    internal::BuildInverseIndex(
+        p.tokens, N, [&](int64_t q) { return int64_t{s.src[q]}; }, s.token_offsets, s.token_slots);
+  }
+  auto count_of = [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t + 1] - s.token_offsets[t] : K; };
+  auto row_of = [&](int64_t t, int64_t m) -> int64_t {
+    return p.drop_and_pad ? s.token_slots[s.token_offsets[t] + m] : p.sorted_indices.At<const int32_t>(t * K + m);
+  };
+  const int64_t moved = (N + p.tokens) * std::max<int64_t>(1, copy_bytes);
+  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+    // Permuted probs and (drop-and-pad) sortedIndices, in permuted-row order: this part's rows [q0, q1).
+    int64_t q0, q1;
+    internal::Balance211(N, parts, part, &q0, &q1);
+    // Expert of the first row: drop-and-pad rows come in blocks of C; dropless experts own
+    // [starts[e], starts[e + 1]), some of them empty.
+    int64_t e = 0;
+    if (!p.drop_and_pad && with_probs && q0 < q1) e = std::upper_bound(s.starts, s.starts + E + 1, q0) - s.starts - 1;
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t t = s.src[q];
+      if (p.drop_and_pad) p.sorted_indices.At<int32_t>(q) = static_cast<int32_t>(t);
+      if (!with_probs) continue;
+      if (p.drop_and_pad) {
+        e = q / p.capacity;
+      } else {
+        while (q >= s.starts[e + 1]) ++e;
+      }
+      const T* src = reinterpret_cast<const T*>(p.probs) + t * p.probs_row_stride + e * p.probs_col_stride;
+      p.dst_probs.At<T>(q) = *src;
+    }
+    // Permuted token rows in token order: each token row is read once and written to all its rows. Tokens
+    // [t0, t1) of about equal rows moved (the token's own row plus those it is copied to).
+    int64_t t0, t1;
+    internal::BalanceByCost(
+        p.tokens, parts, part, [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t] + t : t * (K + 1); },
+        &t0, &t1);
+    constexpr int64_t kMaxDsts = 64;
+    char* dsts[kMaxDsts];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t count = count_of(t);
+      const T* src = p.src_tokens.Row<const T>(t);
+      if (!stream) {
+        for (int64_t m = 0; m < count; ++m) {
+          CopyRow<T>(src, p.src_tokens.col_stride, p.dst_tokens.Row<T>(row_of(t, m)), p.dst_tokens.col_stride, H);
+        }
+        continue;
+      }
+      const char* next = t + 1 < t1 ? reinterpret_cast<const char*>(p.src_tokens.Row<const T>(t + 1)) : nullptr;
+      // Destinations a batch at a time; a row that does not start on 16 bytes is copied with memcpy.
+      for (int64_t m0 = 0; m0 < count; m0 += kMaxDsts) {
+        int64_t n = 0;
+        for (int64_t m = m0; m < std::min(count, m0 + kMaxDsts); ++m) {
+          T* dst = p.dst_tokens.Row<T>(row_of(t, m));
+          if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) dsts[n++] = reinterpret_cast<char*>(dst);
+          else CopyRow<T>(src, 1, dst, 1, H);
+        }
+        StreamCopyToMany(reinterpret_cast<const char*>(src), m0 + kMaxDsts >= count ? next : nullptr, dsts, n,
+                         copy_bytes);
+      }
+    }
+    if (stream) FlushStreams();
+  });
+}
+
+}  // namespace
+
+void PermuteRows(const TokenPermuteWithRoutingMapTask& p, const TokenPermuteWithRoutingMapScratch& s) {
+  if (p.element_bytes == 2) return RowsTyped<uint16_t>(p, s);
+  return RowsTyped<uint32_t>(p, s);
+}
+
+}  // namespace moegrad::kernels

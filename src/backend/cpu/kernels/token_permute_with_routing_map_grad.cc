@@ -1,0 +1,183 @@
+// MoeTokenPermuteWithRoutingMapGrad kernels, one copy per SIMD target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/backend/cpu/kernels/token_permute_with_routing_map_grad.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "src/backend/cpu/parallel.h"
+#include "src/backend/cpu/kernels/routing_map-inl.h"
+#include "src/backend/cpu/kernels/row_ops_fused-inl.h"
+#include "src/backend/cpu/kernels/token_permute_with_routing_map_grad.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace moegrad::kernels::HWY_NAMESPACE {
+
+// Up to this many rows are summed in one pass over the columns (more take a block of columns at a time).
+constexpr int64_t kCached = 32;
+
+// tokensGrad[t] = rne(sum of the count_of(t) rows row_of(t, 0..count)), in that order (zero when there are
+// none), for t in [begin, end). Each token's row pointers are looked up once, one token ahead, so that the
+// next token's rows can be prefetched while this one's end.
+template <typename T, typename CountOf, typename RowOf>
+void GatherSums(const TokenPermuteWithRoutingMapGradTask& p, int64_t begin, int64_t end, const CountOf& count_of,
+                const RowOf& row_of, bool stream) {
+  const int64_t H = p.hidden;
+  const bool unit = p.grad.col_stride == 1 && p.tokens_grad.col_stride == 1;
+  const T* rows[2][kCached] = {};
+  int64_t counts[2] = {0, 0};
+  auto look_up = [&](int64_t t, int slot) {
+    counts[slot] = count_of(t);
+    if (counts[slot] > kCached) return;
+    for (int64_t m = 0; m < counts[slot]; ++m) rows[slot][m] = p.grad.Row<const T>(row_of(t, m));
+  };
+  int cur = 0;
+  if (begin < end) look_up(begin, cur);
+  for (int64_t t = begin; t < end; ++t) {
+    const int nxt = cur ^ 1;
+    counts[nxt] = 0;
+    if (t + 1 < end) look_up(t + 1, nxt);
+    const int64_t count = counts[cur];
+    T* dst = p.tokens_grad.Row<T>(t);
+    auto row_at = [&](int64_t m) { return p.grad.Row<const T>(row_of(t, m)); };
+    if (!unit) {
+      SumRowsOf<T>(
+          count, [&](int64_t m, float* scale) { *scale = 1.0f; return row_at(m); }, p.grad.col_stride, dst,
+          p.tokens_grad.col_stride, H);
+    } else if (count <= kCached) {
+      SumRowPtrs<T>(count, rows[cur], counts[nxt] <= kCached ? counts[nxt] : 0, rows[nxt], dst, stream, H);
+    } else if (CanStream<T>() && stream && StreamAligned(dst)) {
+      SumManyRowsUnit<T, CanStream<T>()>(count, row_at, dst, H);
+    } else {
+      SumManyRowsUnit<T, false>(count, row_at, dst, H);
+    }
+    cur = nxt;
+  }
+}
+
+template <typename T>
+void DroplessTyped(const TokenPermuteWithRoutingMapGradTask& p) {
+  const int64_t K = p.topk;
+  const int64_t H = p.hidden;
+  // tokensGrad[t] = sum_k grad[sortedIndices[t*K + k]], split over token rows (all of equal cost).
+  const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
+  const int64_t moved = p.tokens * (K + 1) * row_bytes;
+  const bool stream = StreamOutput(p.tokens * row_bytes, moved);
+  // probsGrad: the routed (t, e) take permutedProbsOutputGrad in expert-major order. Each block of token
+  // rows starts from its own cursors, so blocks are independent and every entry is written exactly once.
+  const int64_t E = p.experts;
+  const int64_t es = p.probs_grad.col_stride;
+  const int64_t ms = p.routing_map.col_stride;
+  const bool has_probs = p.probs_grad.data != nullptr;
+  auto probs_rows = [&](int64_t b) {
+    int64_t* cursor = p.cursors + b * E;
+    const int64_t t_end = std::min(p.tokens, (b + 1) * p.block_rows);
+    for (int64_t t = b * p.block_rows; t < t_end; ++t) {
+      const uint8_t* map = p.routing_map.Row<const uint8_t>(t);
+      T* dst = p.probs_grad.Row<T>(t);
+      if (es != 1 || ms != 1) {
+        for (int64_t e = 0; e < E; ++e) {
+          dst[e * es] = map[e * ms] != 0 ? p.probs_grad_in.At<const T>(cursor[e]++) : FromF32<T>(0.0f);
+        }
+        continue;
+      }
+      // Few entries are routed: zero the row, then visit the routed ones by the mask bits of the map.
+      ZeroRow(dst, 1, E);
+      ForEachRouted(map, E, [&](int64_t e) {
+        dst[e] = p.probs_grad_in.At<const T>(cursor[e]++);
+        return true;
+      });
+    }
+  };
+  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+    int64_t begin, end;
+    internal::Balance211(p.tokens, parts, part, &begin, &end);
+    GatherSums<T>(
+        p, begin, end, [&](int64_t) { return K; },
+        [&](int64_t t, int64_t k) { return p.sorted_indices.At<const int32_t>(t * K + k); }, stream);
+    if (stream) hwy::FlushStream();
+    if (!has_probs) return;
+    int64_t b_begin, b_end;
+    internal::Balance211(NumBlocks(p), parts, part, &b_begin, &b_end);
+    for (int64_t b = b_begin; b < b_end; ++b) probs_rows(b);
+  });
+}
+
+template <typename T>
+void DropPadTyped(const TokenPermuteWithRoutingMapGradTask& p) {
+  const int64_t H = p.hidden;
+  const int64_t C = p.capacity;
+  const bool has_probs = p.probs_grad.data != nullptr;
+  const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
+  const int64_t moved = (p.rows + p.tokens) * row_bytes;
+  const bool stream = StreamOutput(p.tokens * row_bytes, moved);
+  const bool small = p.rows <= int64_t{UINT32_MAX} && C <= int64_t{UINT32_MAX};
+  // Token row t gathers the rows p with sortedIndices[p] == t, ascending (zero when none); its probsGrad row
+  // sums permutedProbsOutputGrad[p] per expert p / C, in the same ascending order. Threads take token ranges
+  // of about equal rows moved (the rows a token gathers plus its own).
+  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+    int64_t begin, end;
+    internal::BalanceByCost(p.tokens, parts, part, [&](int64_t t) { return p.offsets[t] + t; }, &begin, &end);
+    GatherSums<T>(
+        p, begin, end, [&](int64_t t) { return p.offsets[t + 1] - p.offsets[t]; },
+        [&](int64_t t, int64_t m) { return p.slots[p.offsets[t] + m]; }, stream);
+    for (int64_t t = begin; t < end && has_probs; ++t) {
+      const int64_t* first = p.slots + p.offsets[t];
+      const int64_t count = p.offsets[t + 1] - p.offsets[t];
+      T* dst = p.probs_grad.Row<T>(t);
+      const int64_t es = p.probs_grad.col_stride;
+      ZeroRow(dst, es, p.experts);
+      // Slots ascend, so those of one expert are adjacent: sum each run from its first term, round once. One
+      // division per run (slots below 2^32 take the shorter 32-bit one).
+      for (int64_t m = 0; m < count;) {
+        const int64_t e = small ? static_cast<int64_t>(static_cast<uint32_t>(first[m]) / static_cast<uint32_t>(C))
+                                : first[m] / C;
+        const int64_t run_end = (e + 1) * C;
+        float acc = ToF32(p.probs_grad_in.At<const T>(first[m]));
+        for (++m; m < count && first[m] < run_end; ++m) acc += ToF32(p.probs_grad_in.At<const T>(first[m]));
+        dst[e * es] = FromF32<T>(acc);
+      }
+    }
+    if (stream) hwy::FlushStream();
+  });
+}
+
+void TokenPermuteWithRoutingMapGradImpl(const TokenPermuteWithRoutingMapGradTask& p) {
+  WithFloatType(p.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    if (p.drop_and_pad) DropPadTyped<T>(p);
+    else DroplessTyped<T>(p);
+  });
+}
+
+void CountRouted(const TokenPermuteWithRoutingMapGradTask& p, int64_t* counts) {
+  const int64_t E = p.experts;
+  const int64_t ms = p.routing_map.col_stride;
+  internal::ParallelFor(0, NumBlocks(p), 1, [&](int64_t b_begin, int64_t b_end) {
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      int64_t* count = counts + b * E;
+      for (int64_t e = 0; e < E; ++e) count[e] = 0;
+      const int64_t t_end = std::min(p.tokens, (b + 1) * p.block_rows);
+      if (ms == 1) {
+        CountRoutedUnit(static_cast<const uint8_t*>(p.routing_map.data), p.routing_map.outer_stride, b * p.block_rows,
+                        t_end, E, count);
+        continue;
+      }
+      for (int64_t t = b * p.block_rows; t < t_end; ++t) {
+        const uint8_t* map = p.routing_map.Row<const uint8_t>(t);
+        for (int64_t e = 0; e < E; ++e) count[e] += map[e * ms] != 0 ? 1 : 0;
+      }
+    }
+  });
+}
+
+}  // namespace moegrad::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace moegrad::kernels {
+
+MOEGRAD_KERNEL_ENTRY2(CountRoutedPerBlock, CountRouted, TokenPermuteWithRoutingMapGradTask, int64_t*)
+MOEGRAD_KERNEL_ENTRY(RunTokenPermuteWithRoutingMapGrad, TokenPermuteWithRoutingMapGradImpl,
+                     TokenPermuteWithRoutingMapGradTask)
+
+}  // namespace moegrad::kernels
+#endif  // HWY_ONCE

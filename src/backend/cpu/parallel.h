@@ -1,0 +1,98 @@
+// A deterministic static partition of [begin, end) over the worker threads (oneDNN balance211): every call
+// with the same thread count hands the same ranges to the same threads, and operators split work over
+// output rows so no result depends on the partition at all.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "src/core/int_math.h"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace moegrad::internal {
+
+// The thread count for the next parallel region (src/backend/cpu/threads.cc).
+int MaxThreads();
+
+// Splits n items into `parts` ranges whose sizes differ by at most one; returns part `i`.
+inline void Balance211(int64_t n, int parts, int i, int64_t* begin, int64_t* end) {
+  const int64_t base = n / parts;
+  const int64_t extra = n % parts;
+  *begin = i * base + std::min<int64_t>(i, extra);
+  *end = *begin + base + (i < extra ? 1 : 0);
+}
+
+// Calls fn(b, e) on disjoint ranges covering [begin, end); at most one range per thread and no range
+// shorter than `grain` items (unless the whole range is). Runs inline inside another parallel region.
+template <typename Fn>
+void ParallelFor(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
+  const int64_t n = end - begin;
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  int threads = static_cast<int>(std::min<int64_t>(MaxThreads(), CeilDiv(n, grain)));
+#if defined(_OPENMP)
+  if (omp_in_parallel()) threads = 1;
+#endif
+  if (threads <= 1) {
+    fn(begin, end);
+    return;
+  }
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(threads)
+  {
+    const int parts = omp_get_num_threads();
+    int64_t b, e;
+    Balance211(n, parts, omp_get_thread_num(), &b, &e);
+    if (b < e) fn(begin + b, begin + e);
+  }
+#else
+  fn(begin, end);
+#endif
+}
+
+// Runs fn(part, parts) once for each part in [0, parts), parts = min(threads, MaxThreads()) (one thread,
+// inline, inside another parallel region). For work whose split the caller computes itself, e.g. by bytes.
+template <typename Fn>
+void ParallelParts(int64_t threads, const Fn& fn) {
+  int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, MaxThreads())));
+#if defined(_OPENMP)
+  if (omp_in_parallel()) parts = 1;
+#endif
+  if (parts <= 1) {
+    fn(0, 1);
+    return;
+  }
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(parts)
+  fn(omp_get_thread_num(), omp_get_num_threads());
+#else
+  for (int i = 0; i < parts; ++i) fn(i, parts);
+#endif
+}
+
+// Splits items [0, n) into `parts` contiguous ranges of about equal cost and returns part `i`. `prefix(k)` is
+// the cost of items [0, k): non-decreasing in k, prefix(0) = 0. Part i starts at the first k with
+// prefix(k) >= total * i / parts, so the split depends only on the costs, never on timing.
+template <typename Prefix>
+void BalanceByCost(int64_t n, int parts, int i, const Prefix& prefix, int64_t* begin, int64_t* end) {
+  const int64_t total = prefix(n);
+  auto start = [&](int part) -> int64_t {
+    if (part <= 0) return 0;
+    if (part >= parts) return n;
+    const int64_t target = static_cast<int64_t>(static_cast<__int128>(total) * part / parts);
+    int64_t lo = 0, hi = n;  // the first k in [0, n] with prefix(k) >= target
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (prefix(mid) >= target) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  };
+  *begin = start(i);
+  *end = start(i + 1);
+}
+
+}  // namespace moegrad::internal

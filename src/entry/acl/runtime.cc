@@ -1,0 +1,195 @@
+// The host AscendCL runtime: device 0 is the host, device memory is host memory, streams are synchronous.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "src/entry/acl/acl_internal.h"
+
+namespace {
+
+using moegrad::acl::SetRecentError;
+
+struct HostStream {
+  int unused = 0;
+};
+
+aclError Invalid(const std::string& message) {
+  SetRecentError(message);
+  return ACL_ERROR_INVALID_PARAM;
+}
+
+aclTensor* CreateFailed(const std::string& message) {
+  SetRecentError("aclCreateTensor: " + message);
+  return nullptr;
+}
+
+bool KnownDType(aclDataType t) {
+  switch (t) {
+    case ACL_FLOAT: case ACL_FLOAT16: case ACL_INT8: case ACL_INT32: case ACL_UINT8: case ACL_INT16:
+    case ACL_UINT16: case ACL_UINT32: case ACL_INT64: case ACL_UINT64: case ACL_DOUBLE: case ACL_BOOL:
+    case ACL_BF16:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+aclError aclInit(const char* /*configPath*/) { return ACL_SUCCESS; }
+aclError aclFinalize(void) { return ACL_SUCCESS; }
+
+aclError aclrtSetDevice(int32_t deviceId) {
+  if (deviceId != 0) return Invalid("aclrtSetDevice: deviceId " + std::to_string(deviceId) + " does not exist; device 0 is the host");
+  return ACL_SUCCESS;
+}
+
+aclError aclrtResetDevice(int32_t deviceId) {
+  if (deviceId != 0) return Invalid("aclrtResetDevice: deviceId " + std::to_string(deviceId) + " does not exist; device 0 is the host");
+  return ACL_SUCCESS;
+}
+
+aclError aclrtCreateStream(aclrtStream* stream) {
+  if (stream == nullptr) return Invalid("aclrtCreateStream: stream is null");
+  *stream = new (std::nothrow) HostStream;
+  if (*stream == nullptr) {
+    SetRecentError("aclrtCreateStream: out of memory");
+    return ACL_ERROR_BAD_ALLOC;
+  }
+  return ACL_SUCCESS;
+}
+
+aclError aclrtDestroyStream(aclrtStream stream) {
+  if (stream == nullptr) return Invalid("aclrtDestroyStream: stream is null");
+  delete static_cast<HostStream*>(stream);
+  return ACL_SUCCESS;
+}
+
+// Every operator has finished by the time its second phase returns; a null stream is the default stream.
+aclError aclrtSynchronizeStream(aclrtStream /*stream*/) { return ACL_SUCCESS; }
+
+aclError aclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy) {
+  if (devPtr == nullptr) return Invalid("aclrtMalloc: devPtr is null");
+  if (size == 0) return Invalid("aclrtMalloc: size is 0");
+  if (policy != ACL_MEM_MALLOC_HUGE_FIRST && policy != ACL_MEM_MALLOC_HUGE_ONLY &&
+      policy != ACL_MEM_MALLOC_NORMAL_ONLY) {
+    return Invalid("aclrtMalloc: unknown policy " + std::to_string(static_cast<int>(policy)));
+  }
+  const size_t rounded = (size + 63) / 64 * 64;
+  *devPtr = rounded < size ? nullptr : std::aligned_alloc(64, rounded);
+  if (*devPtr == nullptr) {
+    SetRecentError("aclrtMalloc: cannot allocate " + std::to_string(size) + " bytes");
+    return ACL_ERROR_BAD_ALLOC;
+  }
+  return ACL_SUCCESS;
+}
+
+aclError aclrtFree(void* devPtr) {
+  if (devPtr == nullptr) return Invalid("aclrtFree: devPtr is null");
+  std::free(devPtr);
+  return ACL_SUCCESS;
+}
+
+aclError aclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind kind) {
+  if (kind < ACL_MEMCPY_HOST_TO_HOST || kind > ACL_MEMCPY_DEVICE_TO_DEVICE) {
+    return Invalid("aclrtMemcpy: unknown kind " + std::to_string(static_cast<int>(kind)));
+  }
+  if (count > destMax) {
+    return Invalid("aclrtMemcpy: count " + std::to_string(count) + " exceeds destMax " + std::to_string(destMax));
+  }
+  if (count == 0) return ACL_SUCCESS;
+  if (dst == nullptr || src == nullptr) return Invalid(std::string("aclrtMemcpy: ") + (dst ? "src" : "dst") + " is null");
+  std::memmove(dst, src, count);
+  return ACL_SUCCESS;
+}
+
+aclError aclrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t count) {
+  if (count > maxCount) {
+    return Invalid("aclrtMemset: count " + std::to_string(count) + " exceeds maxCount " + std::to_string(maxCount));
+  }
+  if (count == 0) return ACL_SUCCESS;
+  if (devPtr == nullptr) return Invalid("aclrtMemset: devPtr is null");
+  std::memset(devPtr, value, count);
+  return ACL_SUCCESS;
+}
+
+aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDataType dataType,
+                           const int64_t* stride, int64_t offset, aclFormat format, const int64_t* storageDims,
+                           uint64_t storageDimsNum, void* tensorData) {
+  if (viewDimsNum > static_cast<uint64_t>(moegrad::TensorView::kMaxRank)) {
+    return CreateFailed("viewDimsNum " + std::to_string(viewDimsNum) + " exceeds the supported rank " +
+                        std::to_string(moegrad::TensorView::kMaxRank));
+  }
+  if (viewDimsNum > 0 && viewDims == nullptr) return CreateFailed("viewDims is null but viewDimsNum is " + std::to_string(viewDimsNum));
+  if (storageDimsNum > 0 && storageDims == nullptr) {
+    return CreateFailed("storageDims is null but storageDimsNum is " + std::to_string(storageDimsNum));
+  }
+  if (!KnownDType(dataType)) return CreateFailed("unknown dataType " + std::to_string(static_cast<int>(dataType)));
+  if (format < ACL_FORMAT_UNDEFINED || format > ACL_FORMAT_ND) {
+    return CreateFailed("unknown format " + std::to_string(static_cast<int>(format)));
+  }
+  if (offset < 0) return CreateFailed("offset " + std::to_string(offset) + " is negative");
+
+  moegrad::TensorView view;
+  view.data = tensorData;
+  view.dtype = static_cast<moegrad::DType>(dataType);
+  view.rank = static_cast<int>(viewDimsNum);
+  int64_t contiguous = 1;
+  for (int d = view.rank - 1; d >= 0; --d) {
+    view.sizes[d] = viewDims[d];
+    if (viewDims[d] < 0) return CreateFailed("viewDims[" + std::to_string(d) + "] = " + std::to_string(viewDims[d]) + " is negative");
+    view.strides[d] = stride ? stride[d] : contiguous;
+    if (view.strides[d] < 0) return CreateFailed("stride[" + std::to_string(d) + "] = " + std::to_string(view.strides[d]) + " is negative");
+    if (__builtin_mul_overflow(contiguous, viewDims[d] > 0 ? viewDims[d] : 1, &contiguous)) {
+      return CreateFailed("viewDims overflow 64-bit element counts");
+    }
+  }
+  int64_t storage = 1;
+  for (uint64_t d = 0; d < storageDimsNum; ++d) {
+    if (storageDims[d] < 0) return CreateFailed("storageDims[" + std::to_string(d) + "] = " + std::to_string(storageDims[d]) + " is negative");
+    if (__builtin_mul_overflow(storage, storageDims[d], &storage)) return CreateFailed("storageDims overflow 64-bit element counts");
+  }
+  // The view's last element: offset + sum (size - 1) * stride, which must lie inside the storage.
+  bool empty = false;
+  int64_t last = offset;
+  for (int d = 0; d < view.rank; ++d) empty = empty || view.sizes[d] == 0;
+  for (int d = 0; !empty && d < view.rank; ++d) {
+    int64_t span;
+    if (__builtin_mul_overflow(view.sizes[d] - 1, view.strides[d], &span) || __builtin_add_overflow(last, span, &last)) {
+      return CreateFailed("the view overflows 64-bit element offsets");
+    }
+  }
+  if (!empty && last >= storage) {
+    return CreateFailed("the view reaches element " + std::to_string(last) + " but the storage holds " +
+                        std::to_string(storage) + " elements");
+  }
+  int64_t bytes;
+  if (__builtin_mul_overflow(storage, static_cast<int64_t>(moegrad::ElementSize(view.dtype)), &bytes)) {
+    return CreateFailed("the storage overflows 64-bit byte counts");
+  }
+  // Only an empty view can have an offset past its storage; its byte offset must still be representable.
+  int64_t offset_bytes;
+  if (__builtin_mul_overflow(offset, static_cast<int64_t>(view.element_size()), &offset_bytes)) {
+    return CreateFailed("offset " + std::to_string(offset) + " overflows 64-bit byte offsets");
+  }
+  if (tensorData != nullptr) view.data = static_cast<char*>(tensorData) + offset_bytes;
+  auto* t = new (std::nothrow) aclTensor;
+  if (t == nullptr) return CreateFailed("out of memory");
+  t->view = view;
+  t->storage_elements = storage;
+  return t;
+}
+
+aclnnStatus aclDestroyTensor(const aclTensor* tensor) {
+  if (tensor == nullptr) {
+    SetRecentError("aclDestroyTensor: tensor is required but is null");
+    return ACLNN_ERR_PARAM_NULLPTR;
+  }
+  delete tensor;
+  return ACLNN_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,16 @@
+// The operator layer: every rule of docs/ops/<op>.md, checked in phase one from metadata, and the plan of a
+// call that passes them. One line per operator; the rules are in src/ops/<op>.cc.
+#pragma once
+
+#include "moegrad/ops.hpp"
+#include "src/core/types.h"
+#include "src/ops/plan.h"
+
+namespace moegrad::ops {
+
+core::Status Plan(const FinalizeRoutingV2GradArgs& args, PlanPtr* plan);
+core::Status Plan(const TokenPermuteWithRoutingMapGradArgs& args, PlanPtr* plan);
+core::Status Plan(const FinalizeRoutingV2Args& args, PlanPtr* plan);
+core::Status Plan(const TokenPermuteWithRoutingMapArgs& args, PlanPtr* plan);
+
+}  // namespace moegrad::ops
