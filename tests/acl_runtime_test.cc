@@ -13,7 +13,7 @@
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_moe_finalize_routing_v2_grad.h"
-#include "src/entry/acl/acl_internal.h"
+#include "src/testing/acl_access.h"
 
 // Live operator-new allocations of this thread: the only way to see from outside that phase two frees a
 // one-shot executor and that a repeatable one stays alive until aclDestroyAclOpExecutor.
@@ -194,7 +194,7 @@ TEST(AclCreateTensor, ContiguousStridedOffsetAndNullStride) {
     const TensorSpec& s = c.spec;
     aclTensor* t = Create(s);
     ASSERT_NE(t, nullptr) << RecentError();
-    const moegrad::TensorView& v = t->view;
+    const moegrad::TensorView& v = moegrad::testing::ViewOf(t);
     EXPECT_EQ(v.rank, static_cast<int>(s.dims.size()));
     EXPECT_EQ(static_cast<int>(v.dtype), static_cast<int>(s.dtype));
     EXPECT_EQ(v.element_size(), c.element_size);
@@ -225,7 +225,7 @@ TEST(AclCreateTensor, EmptyViews) {
   for (const TensorSpec& s : cases) {
     aclTensor* t = Create(s);
     ASSERT_NE(t, nullptr) << RecentError();
-    EXPECT_EQ(t->view.numel(), 0);
+    EXPECT_EQ(moegrad::testing::ViewOf(t).numel(), 0);
     EXPECT_EQ(aclDestroyTensor(t), ACLNN_SUCCESS);
   }
 }

@@ -85,13 +85,16 @@ constexpr AttrArg<A> Attr(const char* name, bool A::*m) { return {name, nullptr,
 
 }  // namespace op_info
 
-// Specialized below for each operator's argument struct.
+// Specialized below for each operator's argument struct: kName, kKey, kPlan / kRun (its C++ API functions),
+// kTensors, kAttrs.
 template <typename Args>
 struct OpInfo;
 
 template <>
 struct OpInfo<FinalizeRoutingV2GradArgs> {
   using A = FinalizeRoutingV2GradArgs;
+  static constexpr Status (*kPlan)(const A&, Plan*) = &PlanFinalizeRoutingV2Grad;  // phase one
+  static constexpr Status (*kRun)(const A&) = &FinalizeRoutingV2Grad;               // plan, allocate, run
   static constexpr const char* kName = "MoeFinalizeRoutingV2Grad";
   static constexpr const char* kKey = "finalize-routing-v2-grad";
   static constexpr TensorArg<A> kTensors[] = {
@@ -108,6 +111,8 @@ struct OpInfo<FinalizeRoutingV2GradArgs> {
 template <>
 struct OpInfo<TokenPermuteWithRoutingMapGradArgs> {
   using A = TokenPermuteWithRoutingMapGradArgs;
+  static constexpr Status (*kPlan)(const A&, Plan*) = &PlanTokenPermuteWithRoutingMapGrad;  // phase one
+  static constexpr Status (*kRun)(const A&) = &TokenPermuteWithRoutingMapGrad;               // plan, allocate, run
   static constexpr const char* kName = "MoeTokenPermuteWithRoutingMapGrad";
   static constexpr const char* kKey = "token-permute-with-routing-map-grad";
   static constexpr TensorArg<A> kTensors[] = {
@@ -125,6 +130,8 @@ struct OpInfo<TokenPermuteWithRoutingMapGradArgs> {
 template <>
 struct OpInfo<FinalizeRoutingV2Args> {
   using A = FinalizeRoutingV2Args;
+  static constexpr Status (*kPlan)(const A&, Plan*) = &PlanFinalizeRoutingV2;  // phase one
+  static constexpr Status (*kRun)(const A&) = &FinalizeRoutingV2;               // plan, allocate, run
   static constexpr const char* kName = "MoeFinalizeRoutingV2";
   static constexpr const char* kKey = "finalize-routing-v2";
   static constexpr TensorArg<A> kTensors[] = {
@@ -138,6 +145,8 @@ struct OpInfo<FinalizeRoutingV2Args> {
 template <>
 struct OpInfo<TokenPermuteWithRoutingMapArgs> {
   using A = TokenPermuteWithRoutingMapArgs;
+  static constexpr Status (*kPlan)(const A&, Plan*) = &PlanTokenPermuteWithRoutingMap;  // phase one
+  static constexpr Status (*kRun)(const A&) = &TokenPermuteWithRoutingMap;               // plan, allocate, run
   static constexpr const char* kName = "MoeTokenPermuteWithRoutingMap";
   static constexpr const char* kKey = "token-permute-with-routing-map";
   static constexpr TensorArg<A> kTensors[] = {
