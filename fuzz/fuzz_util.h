@@ -20,7 +20,7 @@
 
 #include "acl/acl.h"
 #include "moegrad/tensor.hpp"
-#include "src/core/float16.h"
+#include "src/testing/float16.h"
 
 namespace moegrad::fuzz {
 

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "src/core/float16.h"
+#include "src/testing/float16.h"
 
 namespace moegrad {
 namespace {

@@ -16,7 +16,7 @@
 #include "acl/acl.h"
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
 #include "moegrad/ops.hpp"
-#include "src/core/float16.h"
+#include "src/testing/float16.h"
 
 namespace moegrad {
 namespace {

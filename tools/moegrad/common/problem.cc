@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "src/core/float16.h"
+#include "src/testing/float16.h"
 
 namespace moegrad::tool {
 
