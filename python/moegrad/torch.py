@@ -48,6 +48,16 @@ def _dim(t, d):
 
 # --- the operators on plain tensors (the CPU kernels of torch.ops.moegrad.*) ----------------------------
 
+def _call(op, tensors, **attrs):
+    """Runs _C.<op>: `tensors` and `attrs` by the names of the operator's description (_C.OPS[op], the library's
+    OpInfo), absent tensors None."""
+    tensor_names, attr_names = _C.OPS[op]
+    unknown = (set(tensors) - set(tensor_names)) | (set(attrs) - set(attr_names))
+    if unknown:
+        raise TypeError(f"moegrad: {op} has no argument {sorted(unknown)[0]}")
+    getattr(_C, op)([_desc(tensors.get(n), n) for n in tensor_names], [int(attrs[n]) for n in attr_names])
+
+
 def _permute(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False):
     t_num, hidden, e_num = _dim(tokens, 0), _dim(tokens, 1), _dim(routing_map, 1)
     if num_out_tokens is None:
@@ -61,10 +71,10 @@ def _permute(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=
     permuted = torch.empty((rows, hidden), dtype=tokens.dtype)
     permuted_probs = torch.empty((rows,), dtype=probs.dtype) if probs is not None else None
     sorted_indices = torch.empty((rows,), dtype=torch.int32)
-    _C.token_permute_with_routing_map(
-        _desc(tokens, "tokens"), _desc(routing_map, "routingMap"), _desc(probs, "probs"), num_out_tokens,
-        bool(drop_and_pad), _desc(permuted, "permuteTokensOut"), _desc(permuted_probs, "permuteProbsOut"),
-        _desc(sorted_indices, "sortedIndicesOut"))
+    _call("token_permute_with_routing_map",
+          dict(tokens=tokens, routingMap=routing_map, probs=probs, permuteTokensOut=permuted,
+               permuteProbsOut=permuted_probs, sortedIndicesOut=sorted_indices),
+          numOutTokens=num_out_tokens, dropAndPad=drop_and_pad)
     return permuted, permuted_probs, sorted_indices
 
 
@@ -76,10 +86,11 @@ def _permute_grad(permuted_token_output_grad, sorted_indices, num_experts, token
     if permuted_probs_output_grad is not None:
         probs_grad = torch.empty((max(int(tokens_num), 0), max(int(num_experts), 0)),
                                  dtype=permuted_probs_output_grad.dtype)
-    _C.token_permute_with_routing_map_grad(
-        _desc(g, "permutedTokenOutputGrad"), _desc(permuted_probs_output_grad, "permutedProbsOutputGrad"),
-        _desc(sorted_indices, "sortedIndices"), _desc(routing_map, "routingMap"), int(num_experts),
-        int(tokens_num), bool(drop_and_pad), _desc(tokens_grad, "tokensGradOut"), _desc(probs_grad, "probsGradOut"))
+    _call("token_permute_with_routing_map_grad",
+          dict(permutedTokenOutputGrad=g, permutedProbsOutputGrad=permuted_probs_output_grad,
+               sortedIndices=sorted_indices, routingMap=routing_map, tokensGradOut=tokens_grad,
+               probsGradOut=probs_grad),
+          numExperts=num_experts, tokensNum=tokens_num, dropAndPad=drop_and_pad)
     return tokens_grad, probs_grad
 
 
@@ -95,10 +106,10 @@ def _finalize(expanded_x, expanded_row_idx, x1=None, x2=None, bias=None, scales=
               drop_pad_mode=0):
     rows = _combine_tokens(expanded_row_idx, x1, x2, scales, expert_idx)
     out = torch.empty((rows, _dim(expanded_x, expanded_x.dim() - 1)), dtype=expanded_x.dtype)
-    _C.finalize_routing_v2(
-        _desc(expanded_x, "expandedX"), _desc(expanded_row_idx, "expandedRowIdx"), _desc(x1, "x1"),
-        _desc(x2, "x2"), _desc(bias, "bias"), _desc(scales, "scales"), _desc(expert_idx, "expertIdx"),
-        int(drop_pad_mode), _desc(out, "out"))
+    _call("finalize_routing_v2",
+          dict(expandedX=expanded_x, expandedRowIdx=expanded_row_idx, x1=x1, x2=x2, bias=bias, scales=scales,
+               expertIdx=expert_idx, out=out),
+          dropPadMode=drop_pad_mode)
     return out
 
 
@@ -118,11 +129,10 @@ def _finalize_grad(grad_y, expanded_row_idx, expanded_x=None, scales=None, exper
         shape = (int(active_num) if 0 < active_num < pairs else pairs, hidden)
     grad_x = torch.empty(shape, dtype=grad_y.dtype)
     grad_scales = torch.empty((rows, topk), dtype=grad_y.dtype) if scales is not None else None
-    _C.finalize_routing_v2_grad(
-        _desc(grad_y, "gradY"), _desc(expanded_row_idx, "expandedRowIdx"), _desc(expanded_x, "expandedX"),
-        _desc(scales, "scales"), _desc(expert_idx, "expertIdx"), _desc(bias, "bias"), int(drop_pad_mode),
-        int(active_num), int(expert_num), int(expert_capacity), _desc(grad_x, "gradExpandedXOut"),
-        _desc(grad_scales, "gradScalesOut"))
+    _call("finalize_routing_v2_grad",
+          dict(gradY=grad_y, expandedRowIdx=expanded_row_idx, expandedX=expanded_x, scales=scales,
+               expertIdx=expert_idx, bias=bias, gradExpandedXOut=grad_x, gradScalesOut=grad_scales),
+          dropPadMode=drop_pad_mode, activeNum=active_num, expertNum=expert_num, expertCapacity=expert_capacity)
     return grad_x, grad_scales
 
 

@@ -3,6 +3,10 @@
 // Tensors arrive as (data_ptr, dtype code, sizes, strides) tuples, strides in elements, so any framework's
 // strided CPU tensor is used in place: no copy, no contiguity requirement. Outputs are allocated by the
 // caller. Every rule is the library's; the only checks here are those a TensorView cannot express.
+//
+// Each operator is one function, named after its command-line key in snake case (OpInfo<Args>::kKey), taking
+// its tensors (None where absent) and its attributes as two lists in the order of OpInfo<Args>; _C.OPS maps each
+// name to those two lists of names.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -12,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "moegrad/op_info.hpp"
 #include "moegrad/ops.hpp"
 
 namespace py = pybind11;
@@ -59,6 +64,42 @@ void RunReleased(Fn&& call) {
   if (!status.ok()) throw py::value_error(status.message());
 }
 
+// _C.<name>(tensors, attrs) for the operator described by `info`.
+template <typename Args>
+void DefineOperator(py::module_& m, py::dict& ops, moegrad::OpInfo<Args> info) {
+  using Info = decltype(info);
+  std::string name = Info::kKey;
+  for (char& ch : name) ch = ch == '-' ? '_' : ch;
+  py::list tensor_names, attr_names;
+  for (const auto& t : Info::kTensors) tensor_names.append(t.name);
+  for (const auto& a : Info::kAttrs) attr_names.append(a.name);
+  ops[py::str(name)] = py::make_tuple(tensor_names, attr_names);
+  m.def(
+      name.c_str(),
+      [](const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs) {
+        constexpr size_t kTensors = std::size(Info::kTensors), kAttrs = std::size(Info::kAttrs);
+        if (tensors.size() != kTensors || attrs.size() != kAttrs) {
+          throw py::value_error(std::string(Info::kName) + ": takes " + std::to_string(kTensors) + " tensors and " +
+                                std::to_string(kAttrs) + " attributes, got " + std::to_string(tensors.size()) +
+                                " and " + std::to_string(attrs.size()));
+        }
+        Args a;
+        for (size_t i = 0; i < kTensors; ++i) {
+          const moegrad::TensorArg<Args>& arg = Info::kTensors[i];
+          if (!tensors[i] && !arg.is_optional()) {
+            throw py::value_error(std::string(Info::kName) + ": " + arg.name + " is required but is None");
+          }
+          const std::optional<moegrad::TensorView> v = ToView(tensors[i], arg.name);
+          arg.Set(a, v ? &*v : nullptr);
+        }
+        for (size_t i = 0; i < kAttrs; ++i) Info::kAttrs[i].Set(a, attrs[i]);
+        RunReleased([&] { return Info::kRun(a); });
+      },
+      py::arg("tensors"), py::arg("attrs"),
+      (std::string(Info::kName) + " through the C++ API: tensors and attributes in the order of _C.OPS['" + name +
+       "']").c_str());
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -81,84 +122,7 @@ PYBIND11_MODULE(_C, m) {
     moegrad::SetNumThreads(n);
   }, py::arg("n"));
 
-  m.def("finalize_routing_v2_grad",
-        [](const Desc& grad_y, const Desc& expanded_row_idx, const OptDesc& expanded_x, const OptDesc& scales,
-           const OptDesc& expert_idx, const OptDesc& bias, int64_t drop_pad_mode, int64_t active_num,
-           int64_t expert_num, int64_t expert_capacity, const Desc& grad_expanded_x,
-           const OptDesc& grad_scales) {
-          moegrad::FinalizeRoutingV2GradArgs a;
-          a.grad_y = ToView(grad_y, "gradY");
-          a.expanded_row_idx = ToView(expanded_row_idx, "expandedRowIdx");
-          a.expanded_x = ToView(expanded_x, "expandedX");
-          a.scales = ToView(scales, "scales");
-          a.expert_idx = ToView(expert_idx, "expertIdx");
-          a.bias = ToView(bias, "bias");
-          a.drop_pad_mode = drop_pad_mode;
-          a.active_num = active_num;
-          a.expert_num = expert_num;
-          a.expert_capacity = expert_capacity;
-          a.grad_expanded_x = ToView(grad_expanded_x, "gradExpandedXOut");
-          a.grad_scales = ToView(grad_scales, "gradScalesOut");
-          RunReleased([&] { return moegrad::FinalizeRoutingV2Grad(a); });
-        },
-        py::arg("grad_y"), py::arg("expanded_row_idx"), py::arg("expanded_x"), py::arg("scales"),
-        py::arg("expert_idx"), py::arg("bias"), py::arg("drop_pad_mode"), py::arg("active_num"),
-        py::arg("expert_num"), py::arg("expert_capacity"), py::arg("grad_expanded_x"), py::arg("grad_scales"));
-
-  m.def("token_permute_with_routing_map_grad",
-        [](const Desc& permuted_token_output_grad, const OptDesc& permuted_probs_output_grad,
-           const Desc& sorted_indices, const OptDesc& routing_map, int64_t num_experts, int64_t tokens_num,
-           bool drop_and_pad, const Desc& tokens_grad, const OptDesc& probs_grad) {
-          moegrad::TokenPermuteWithRoutingMapGradArgs a;
-          a.permuted_token_output_grad = ToView(permuted_token_output_grad, "permutedTokenOutputGrad");
-          a.permuted_probs_output_grad = ToView(permuted_probs_output_grad, "permutedProbsOutputGrad");
-          a.sorted_indices = ToView(sorted_indices, "sortedIndices");
-          a.routing_map = ToView(routing_map, "routingMap");
-          a.num_experts = num_experts;
-          a.tokens_num = tokens_num;
-          a.drop_and_pad = drop_and_pad;
-          a.tokens_grad = ToView(tokens_grad, "tokensGradOut");
-          a.probs_grad = ToView(probs_grad, "probsGradOut");
-          RunReleased([&] { return moegrad::TokenPermuteWithRoutingMapGrad(a); });
-        },
-        py::arg("permuted_token_output_grad"), py::arg("permuted_probs_output_grad"), py::arg("sorted_indices"),
-        py::arg("routing_map"), py::arg("num_experts"), py::arg("tokens_num"), py::arg("drop_and_pad"),
-        py::arg("tokens_grad"), py::arg("probs_grad"));
-
-  m.def("finalize_routing_v2",
-        [](const Desc& expanded_x, const Desc& expanded_row_idx, const OptDesc& x1, const OptDesc& x2,
-           const OptDesc& bias, const OptDesc& scales, const OptDesc& expert_idx, int64_t drop_pad_mode,
-           const Desc& out) {
-          moegrad::FinalizeRoutingV2Args a;
-          a.expanded_x = ToView(expanded_x, "expandedX");
-          a.expanded_row_idx = ToView(expanded_row_idx, "expandedRowIdx");
-          a.x1 = ToView(x1, "x1");
-          a.x2 = ToView(x2, "x2");
-          a.bias = ToView(bias, "bias");
-          a.scales = ToView(scales, "scales");
-          a.expert_idx = ToView(expert_idx, "expertIdx");
-          a.drop_pad_mode = drop_pad_mode;
-          a.out = ToView(out, "out");
-          RunReleased([&] { return moegrad::FinalizeRoutingV2(a); });
-        },
-        py::arg("expanded_x"), py::arg("expanded_row_idx"), py::arg("x1"), py::arg("x2"), py::arg("bias"),
-        py::arg("scales"), py::arg("expert_idx"), py::arg("drop_pad_mode"), py::arg("out"));
-
-  m.def("token_permute_with_routing_map",
-        [](const Desc& tokens, const Desc& routing_map, const OptDesc& probs, int64_t num_out_tokens,
-           bool drop_and_pad, const Desc& permute_tokens, const OptDesc& permute_probs,
-           const Desc& sorted_indices) {
-          moegrad::TokenPermuteWithRoutingMapArgs a;
-          a.tokens = ToView(tokens, "tokens");
-          a.routing_map = ToView(routing_map, "routingMap");
-          a.probs = ToView(probs, "probs");
-          a.num_out_tokens = num_out_tokens;
-          a.drop_and_pad = drop_and_pad;
-          a.permute_tokens = ToView(permute_tokens, "permuteTokensOut");
-          a.permute_probs = ToView(permute_probs, "permuteProbsOut");
-          a.sorted_indices = ToView(sorted_indices, "sortedIndicesOut");
-          RunReleased([&] { return moegrad::TokenPermuteWithRoutingMap(a); });
-        },
-        py::arg("tokens"), py::arg("routing_map"), py::arg("probs"), py::arg("num_out_tokens"),
-        py::arg("drop_and_pad"), py::arg("permute_tokens"), py::arg("permute_probs"), py::arg("sorted_indices"));
+  py::dict ops;
+  moegrad::ForEachOp([&](auto info) { DefineOperator(m, ops, info); });
+  m.attr("OPS") = ops;
 }

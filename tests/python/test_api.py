@@ -106,6 +106,8 @@ class _Spy:
 
     def __getattr__(self, name):
         fn = getattr(self.real, name)
+        if not callable(fn):
+            return fn
 
         def record(*args):
             self.calls.append((name, args))
@@ -122,14 +124,15 @@ def test_inputs_are_handed_over_in_place(monkeypatch):
     perm, pprobs, _ = mt.moe_token_permute_with_routing_map(tokens, rmap, probs)
     grad_perm = make_view(torch.randn(perm.shape), "transposed")
     perm.backward(grad_perm, retain_graph=True)
-    name, args = spy.calls[0]
+    name, (tensors, _) = spy.calls[0]  # tensors in the order of mt._C.OPS[name]
     assert name == "token_permute_with_routing_map"
-    for desc, t in ((args[0], tokens), (args[1], rmap), (args[2], probs)):
+    assert mt._C.OPS[name][0][:3] == ["tokens", "routingMap", "probs"]
+    for desc, t in ((tensors[0], tokens), (tensors[1], rmap), (tensors[2], probs)):
         assert not t.is_contiguous()
         assert desc[0] == t.data_ptr() and desc[2] == tuple(t.shape) and desc[3] == t.stride()
-    name, args = spy.calls[1]
+    name, (tensors, _) = spy.calls[1]
     assert name == "token_permute_with_routing_map_grad"
-    assert args[0][0] == grad_perm.data_ptr() and args[0][3] == grad_perm.stride()
+    assert tensors[0][0] == grad_perm.data_ptr() and tensors[0][3] == grad_perm.stride()
 
 
 def _allocated_bytes(fn):
