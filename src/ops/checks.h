@@ -21,10 +21,6 @@ using core::StatusCode;
 inline core::DType CoreDType(DType t) { return static_cast<core::DType>(t); }
 inline core::Device CoreDevice(Device d) { return static_cast<core::Device>(d); }
 inline const char* NameOf(DType t) { return core::DTypeName(CoreDType(t)); }
-// For static_assert: two names are the same string.
-constexpr bool SameName(const char* a, const char* b) {
-  return *a == *b && (*a == '\0' || SameName(a + 1, b + 1));
-}
 // An optional tensor as a pointer, null when absent.
 inline const TensorView* Opt(const std::optional<TensorView>& t) { return t ? &*t : nullptr; }
 

@@ -5,9 +5,6 @@
 
 namespace moegrad::ops {
 
-static_assert(SameName(backend::FinalizeRoutingV2Problem::kName, OpInfo<FinalizeRoutingV2Args>::kName),
-              "one name per operator");
-
 Status Plan(const FinalizeRoutingV2Args& a, PlanPtr* plan) {
   using Problem = backend::FinalizeRoutingV2Problem;
   const ArgChecker c(Problem::kName);
@@ -103,7 +100,7 @@ Status Plan(const FinalizeRoutingV2Args& a, PlanPtr* plan) {
     q.bias_rows = bias->sizes[0];
   }
   q.out = Rows2D(out);
-  return MakePlan(q, device, plan);
+  return MakePlan<FinalizeRoutingV2Args>(q, device, plan);
 }
 
 }  // namespace moegrad::ops

@@ -5,9 +5,6 @@
 
 namespace moegrad::ops {
 
-static_assert(SameName(backend::FinalizeRoutingV2GradProblem::kName, OpInfo<FinalizeRoutingV2GradArgs>::kName),
-              "one name per operator");
-
 Status Plan(const FinalizeRoutingV2GradArgs& a, PlanPtr* plan) {
   using Problem = backend::FinalizeRoutingV2GradProblem;
   const ArgChecker c(Problem::kName);
@@ -118,7 +115,7 @@ Status Plan(const FinalizeRoutingV2GradArgs& a, PlanPtr* plan) {
       q.has_bias = true;
     }
   }
-  return MakePlan(q, device, plan);
+  return MakePlan<FinalizeRoutingV2GradArgs>(q, device, plan);
 }
 
 }  // namespace moegrad::ops

@@ -6,6 +6,7 @@
 #include <memory>
 #include <new>
 
+#include "moegrad/op_info.hpp"
 #include "src/backend/backend.h"
 #include "src/core/status_util.h"
 #include "src/core/types.h"
@@ -57,10 +58,16 @@ class OpPlan final : public internal::PlanBase {
   const backend::OpBackend<Problem>* backend_;
 };
 
-// The end of every phase one: the backend of `device` (UNSUPPORTED when this build has none), the workspace
-// size it needs, and the plan.
-template <typename Problem>
+// For static_assert: two names are the same string.
+constexpr bool SameName(const char* a, const char* b) {
+  return *a == *b && (*a == '\0' || SameName(a + 1, b + 1));
+}
+
+// The end of every phase one of the operator whose arguments are `Args`: the backend of `device` (UNSUPPORTED
+// when this build has none), the workspace size it needs, and the plan.
+template <typename Args, typename Problem>
 core::Status MakePlan(const Problem& problem, core::Device device, PlanPtr* plan) {
+  static_assert(SameName(Problem::kName, OpInfo<Args>::kName), "one name per operator");
   const backend::OpBackend<Problem>* backend = backend::Find<Problem>(device);
   if (backend == nullptr) {
     return core::MakeStatus(core::StatusCode::kUnsupported,

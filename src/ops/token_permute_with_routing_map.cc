@@ -5,9 +5,6 @@
 
 namespace moegrad::ops {
 
-static_assert(SameName(backend::TokenPermuteWithRoutingMapProblem::kName, OpInfo<TokenPermuteWithRoutingMapArgs>::kName),
-              "one name per operator");
-
 Status Plan(const TokenPermuteWithRoutingMapArgs& a, PlanPtr* plan) {
   using Problem = backend::TokenPermuteWithRoutingMapProblem;
   const ArgChecker c(Problem::kName);
@@ -93,7 +90,7 @@ Status Plan(const TokenPermuteWithRoutingMapArgs& a, PlanPtr* plan) {
   }
   q.dst_tokens = Rows2D(a.permute_tokens);
   q.sorted_indices = Flat(a.sorted_indices);
-  return MakePlan(q, device, plan);
+  return MakePlan<TokenPermuteWithRoutingMapArgs>(q, device, plan);
 }
 
 }  // namespace moegrad::ops

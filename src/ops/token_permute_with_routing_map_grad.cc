@@ -6,9 +6,6 @@
 
 namespace moegrad::ops {
 
-static_assert(SameName(backend::TokenPermuteWithRoutingMapGradProblem::kName, OpInfo<TokenPermuteWithRoutingMapGradArgs>::kName),
-              "one name per operator");
-
 Status Plan(const TokenPermuteWithRoutingMapGradArgs& a, PlanPtr* plan) {
   using Problem = backend::TokenPermuteWithRoutingMapGradProblem;
   const ArgChecker c(Problem::kName);
@@ -94,7 +91,7 @@ Status Plan(const TokenPermuteWithRoutingMapGradArgs& a, PlanPtr* plan) {
     q.probs_grad = Rows2D(*probs_grad);
     if (!a.drop_and_pad) q.routing_map = Rows2D(*routing_map);
   }
-  return MakePlan(q, device, plan);
+  return MakePlan<TokenPermuteWithRoutingMapGradArgs>(q, device, plan);
 }
 
 }  // namespace moegrad::ops

@@ -17,6 +17,13 @@ const OpBackend<TokenPermuteWithRoutingMapGradProblem>* For(const TokenPermuteWi
 const OpBackend<FinalizeRoutingV2Problem>* For(const FinalizeRoutingV2Problem*);
 const OpBackend<TokenPermuteWithRoutingMapProblem>* For(const TokenPermuteWithRoutingMapProblem*);
 
+// The one instance of an operator's CPU backend class, which its For() returns.
+template <typename Backend>
+const Backend* Instance() {
+  static const Backend backend;
+  return &backend;
+}
+
 // n >= 1 fixes the thread count of later calls; 0 restores the default (MOEGRAD_NUM_THREADS, else every CPU
 // the process may use). Threads() is the count the next call uses.
 void SetThreads(int n);

@@ -32,9 +32,6 @@ class FinalizeRoutingV2Cpu final : public OpBackend<Problem> {
 
 }  // namespace
 
-const OpBackend<Problem>* For(const Problem*) {
-  static const FinalizeRoutingV2Cpu backend;
-  return &backend;
-}
+const OpBackend<Problem>* For(const Problem*) { return Instance<FinalizeRoutingV2Cpu>(); }
 
 }  // namespace moegrad::backend::cpu

@@ -88,9 +88,6 @@ class FinalizeRoutingV2GradCpu final : public OpBackend<Problem> {
 
 }  // namespace
 
-const OpBackend<Problem>* For(const Problem*) {
-  static const FinalizeRoutingV2GradCpu backend;
-  return &backend;
-}
+const OpBackend<Problem>* For(const Problem*) { return Instance<FinalizeRoutingV2GradCpu>(); }
 
 }  // namespace moegrad::backend::cpu

@@ -93,9 +93,6 @@ class TokenPermuteWithRoutingMapCpu final : public OpBackend<Problem> {
 
 }  // namespace
 
-const OpBackend<Problem>* For(const Problem*) {
-  static const TokenPermuteWithRoutingMapCpu backend;
-  return &backend;
-}
+const OpBackend<Problem>* For(const Problem*) { return Instance<TokenPermuteWithRoutingMapCpu>(); }
 
 }  // namespace moegrad::backend::cpu

@@ -111,9 +111,6 @@ class TokenPermuteWithRoutingMapGradCpu final : public OpBackend<Problem> {
 
 }  // namespace
 
-const OpBackend<Problem>* For(const Problem*) {
-  static const TokenPermuteWithRoutingMapGradCpu backend;
-  return &backend;
-}
+const OpBackend<Problem>* For(const Problem*) { return Instance<TokenPermuteWithRoutingMapGradCpu>(); }
 
 }  // namespace moegrad::backend::cpu
