@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "moegrad/op_info.hpp"
 #include "tools/moegrad/common/problems.h"
 
 namespace moegrad::tool {
@@ -148,14 +149,19 @@ CheckCase RandomPermute(std::mt19937_64& rng) {
   return k;
 }
 
+template <typename Args>
+CheckOp Op(CheckCase (*random_case)(std::mt19937_64&)) {
+  return {OpInfo<Args>::kName, OpInfo<Args>::kKey, random_case};
+}
+
 }  // namespace
 
 const std::vector<CheckOp>& CheckOps() {
   static const std::vector<CheckOp> ops = {
-      {"MoeFinalizeRoutingV2Grad", "finalize-grad", RandomFinalizeGrad},
-      {"MoeTokenPermuteWithRoutingMapGrad", "permute-grad", RandomPermuteGrad},
-      {"MoeFinalizeRoutingV2", "finalize", RandomFinalize},
-      {"MoeTokenPermuteWithRoutingMap", "permute", RandomPermute},
+      Op<FinalizeRoutingV2GradArgs>(RandomFinalizeGrad),
+      Op<TokenPermuteWithRoutingMapGradArgs>(RandomPermuteGrad),
+      Op<FinalizeRoutingV2Args>(RandomFinalize),
+      Op<TokenPermuteWithRoutingMapArgs>(RandomPermute),
   };
   return ops;
 }

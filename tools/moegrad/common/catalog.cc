@@ -1,16 +1,23 @@
 #include "tools/moegrad/common/catalog.h"
 
-#include <strings.h>
-
+#include "moegrad/op_info.hpp"
+#include "tools/moegrad/common/op_names.h"
 #include "tools/moegrad/common/problems.h"
 
 namespace moegrad::tool {
+
+namespace {
+using FinalizeGrad = OpInfo<FinalizeRoutingV2GradArgs>;
+using PermuteGrad = OpInfo<TokenPermuteWithRoutingMapGradArgs>;
+using Finalize = OpInfo<FinalizeRoutingV2Args>;
+using Permute = OpInfo<TokenPermuteWithRoutingMapArgs>;
+}  // namespace
 
 const std::vector<BenchRow>& BenchRows() {
   // Routing as training produces it (random top-k, MoeInitRouting / permute-forward indices), every tensor
   // contiguous, the optional inputs a model uses.
   static const std::vector<BenchRow> rows = {
-      {"MoeFinalizeRoutingV2Grad", "finalize-grad", "dropless scales+bias",
+      {FinalizeGrad::kName, FinalizeGrad::kKey, "dropless scales+bias",
        [](const Shape& s, DType dt, uint64_t seed) {
          FinalizeGradConfig c;
          c.shape = s;
@@ -20,7 +27,7 @@ const std::vector<BenchRow>& BenchRows() {
          c.seed = seed;
          return MakeFinalizeGradProblem(c);
        }},
-      {"MoeFinalizeRoutingV2Grad", "finalize-grad", "drop-pad scales",
+      {FinalizeGrad::kName, FinalizeGrad::kKey, "drop-pad scales",
        [](const Shape& s, DType dt, uint64_t seed) {
          FinalizeGradConfig c;
          c.shape = s;
@@ -30,7 +37,7 @@ const std::vector<BenchRow>& BenchRows() {
          c.seed = seed;
          return MakeFinalizeGradProblem(c);
        }},
-      {"MoeTokenPermuteWithRoutingMapGrad", "permute-grad", "dropless probs",
+      {PermuteGrad::kName, PermuteGrad::kKey, "dropless probs",
        [](const Shape& s, DType dt, uint64_t seed) {
          PermuteGradConfig c;
          c.shape = s;
@@ -40,7 +47,7 @@ const std::vector<BenchRow>& BenchRows() {
          c.seed = seed;
          return MakePermuteGradProblem(c);
        }},
-      {"MoeTokenPermuteWithRoutingMapGrad", "permute-grad", "drop-pad probs",
+      {PermuteGrad::kName, PermuteGrad::kKey, "drop-pad probs",
        [](const Shape& s, DType dt, uint64_t seed) {
          PermuteGradConfig c;
          c.shape = s;
@@ -51,7 +58,7 @@ const std::vector<BenchRow>& BenchRows() {
          return MakePermuteGradProblem(c);
        }},
       // The forward operators, for scale: their gradients above move the same bytes the other way.
-      {"MoeFinalizeRoutingV2", "finalize", "mode2 dropless scales+bias",
+      {Finalize::kName, Finalize::kKey, "mode2 dropless scales+bias",
        [](const Shape& s, DType dt, uint64_t seed) {
          FinalizeConfig c;
          c.shape = s;
@@ -61,7 +68,7 @@ const std::vector<BenchRow>& BenchRows() {
          c.seed = seed;
          return MakeFinalizeProblem(c);
        }},
-      {"MoeFinalizeRoutingV2", "finalize", "mode3 drop-pad scales",
+      {Finalize::kName, Finalize::kKey, "mode3 drop-pad scales",
        [](const Shape& s, DType dt, uint64_t seed) {
          FinalizeConfig c;
          c.shape = s;
@@ -71,7 +78,7 @@ const std::vector<BenchRow>& BenchRows() {
          c.seed = seed;
          return MakeFinalizeProblem(c);
        }},
-      {"MoeTokenPermuteWithRoutingMap", "permute", "dropless probs",
+      {Permute::kName, Permute::kKey, "dropless probs",
        [](const Shape& s, DType dt, uint64_t seed) {
          PermuteConfig c;
          c.shape = s;
@@ -81,7 +88,7 @@ const std::vector<BenchRow>& BenchRows() {
          c.seed = seed;
          return MakePermuteProblem(c);
        }},
-      {"MoeTokenPermuteWithRoutingMap", "permute", "drop-pad probs",
+      {Permute::kName, Permute::kKey, "drop-pad probs",
        [](const Shape& s, DType dt, uint64_t seed) {
          PermuteConfig c;
          c.shape = s;
@@ -96,8 +103,7 @@ const std::vector<BenchRow>& BenchRows() {
 }
 
 bool RowMatches(const BenchRow& row, const std::string& name) {
-  return strcasecmp(name.c_str(), "all") == 0 || strcasecmp(name.c_str(), row.op) == 0 ||
-         strcasecmp(name.c_str(), row.key) == 0;
+  return OpSelected(name, OpName{row.op, row.key});
 }
 
 }  // namespace moegrad::tool
