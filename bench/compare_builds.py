@@ -7,7 +7,7 @@ two medians and their difference. Alternating run by run, and comparing the pair
 times, is what makes a difference of a few points visible on a shared machine whose bandwidth drifts.
 
     /usr/bin/python3 bench/compare_builds.py build-old build-perf --runs 4 -- \\
-        --preset deepseek-v3 --tokens 1024 --dtype all --op finalize-grad
+        --preset deepseek-v3 --tokens 1024 --dtype all --op finalize-routing-v2-grad
 
 DIR_A and DIR_B are folders holding libmoegrad.so.0 (two build trees, or copies of their libraries). The
 options after `--` go to `moegrad bench` unchanged. Exit status 1 when a run fails or a row is not

@@ -146,21 +146,21 @@ def permute_case(shape, dtype, drop_and_pad, backward, gen):
 
 # moegrad bench rows (key, mode) -> (what PyTorch runs, its case builder)
 TORCH_ROWS = {
-    ("finalize-grad", "dropless scales+bias"):
+    ("finalize-routing-v2-grad", "dropless scales+bias"):
         ("combine backward", lambda s, d, g: finalize_case(s, d, False, True, True, g)),
-    ("finalize-grad", "drop-pad scales"):
+    ("finalize-routing-v2-grad", "drop-pad scales"):
         ("combine backward", lambda s, d, g: finalize_case(s, d, True, False, True, g)),
-    ("permute-grad", "dropless probs"):
+    ("token-permute-with-routing-map-grad", "dropless probs"):
         ("permute backward", lambda s, d, g: permute_case(s, d, False, True, g)),
-    ("permute-grad", "drop-pad probs"):
+    ("token-permute-with-routing-map-grad", "drop-pad probs"):
         ("permute backward", lambda s, d, g: permute_case(s, d, True, True, g)),
-    ("finalize", "mode2 dropless scales+bias"):
+    ("finalize-routing-v2", "mode2 dropless scales+bias"):
         ("combine forward", lambda s, d, g: finalize_case(s, d, False, True, False, g)),
-    ("finalize", "mode3 drop-pad scales"):
+    ("finalize-routing-v2", "mode3 drop-pad scales"):
         ("combine forward", lambda s, d, g: finalize_case(s, d, True, False, False, g)),
-    ("permute", "dropless probs"):
+    ("token-permute-with-routing-map", "dropless probs"):
         ("permute forward", lambda s, d, g: permute_case(s, d, False, False, g)),
-    ("permute", "drop-pad probs"):
+    ("token-permute-with-routing-map", "drop-pad probs"):
         ("permute forward", lambda s, d, g: permute_case(s, d, True, False, g)),
 }
 

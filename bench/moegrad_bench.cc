@@ -3,7 +3,7 @@
 // (plan + run with a preallocated workspace), with bytes_per_second from the minimum bytes the operator
 // must move. BM_Copy is the yardstick: a parallel memcpy (bytes read + written) with the same threads.
 //
-//   moegrad_bench --benchmark_filter='finalize-grad/.*/bf16/deepseek-v3'
+//   moegrad_bench --benchmark_filter='finalize-routing-v2-grad/.*/bf16/deepseek-v3'
 //
 // Threads: MOEGRAD_NUM_THREADS (default every CPU).
 #include <benchmark/benchmark.h>

@@ -16,6 +16,7 @@
 #include "tools/moegrad/common/catalog.h"
 #include "tools/moegrad/common/measure.h"
 #include "tools/moegrad/common/model_presets.h"
+#include "tools/moegrad/common/op_names.h"
 #include "tools/moegrad/report.h"
 
 namespace moegrad::tool {
@@ -122,7 +123,7 @@ int RunBench(const BenchOptions& o) {
     if (RowMatches(r, o.op)) rows.push_back(&r);
   }
   if (rows.empty()) {
-    std::fprintf(stderr, "moegrad bench: no operator matches --op '%s' (see moegrad --help)\n", o.op.c_str());
+    std::fprintf(stderr, "moegrad bench: unknown --op '%s'; one of: %s\n", o.op.c_str(), OpChoices().c_str());
     return 2;
   }
 

@@ -2,8 +2,6 @@
 // reference. Each case also checks that no byte outside an output's view changed, that a second run with
 // another thread count gives the same bytes, and (one case in five) that a corrupted index value fails
 // phase two with ACLNN_ERR_PARAM_INVALID before any output byte is written.
-#include <strings.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +12,7 @@
 #include "moegrad/plan.hpp"
 #include "tools/moegrad/check_cases.h"
 #include "tools/moegrad/cli.h"
+#include "tools/moegrad/common/op_names.h"
 
 namespace moegrad::tool {
 namespace {
@@ -98,13 +97,10 @@ std::string RunCase(CheckCase& k, std::mt19937_64& rng, int max_threads, bool* i
 int RunCheck(const CheckOptions& o) {
   std::vector<const CheckOp*> ops;
   for (const CheckOp& op : CheckOps()) {
-    if (strcasecmp(o.op.c_str(), "all") == 0 || strcasecmp(o.op.c_str(), op.op) == 0 ||
-        strcasecmp(o.op.c_str(), op.key) == 0) {
-      ops.push_back(&op);
-    }
+    if (OpSelected(o.op, OpName{op.op, op.key})) ops.push_back(&op);
   }
   if (ops.empty()) {
-    std::fprintf(stderr, "moegrad check: no operator matches --op '%s'\n", o.op.c_str());
+    std::fprintf(stderr, "moegrad check: unknown --op '%s'; one of: %s\n", o.op.c_str(), OpChoices().c_str());
     return 2;
   }
   using Clock = std::chrono::steady_clock;

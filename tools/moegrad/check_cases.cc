@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "moegrad/op_info.hpp"
 #include "tools/moegrad/common/problems.h"
 
 namespace moegrad::tool {
@@ -11,11 +12,14 @@ int64_t Uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {  // [lo, hi]
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
 }
 bool Chance(std::mt19937_64& rng, int percent) { return Uniform(rng, 0, 99) < percent; }
+// Uniform in [lo, min(limit, 6)]: the small sizes (K, C) the cases use.
+int64_t Small(std::mt19937_64& rng, int64_t lo, int64_t limit) { return Uniform(rng, lo, std::min<int64_t>(limit, 6)); }
 
 DType RandomDType(std::mt19937_64& rng) {
   const DType all[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   return all[Uniform(rng, 0, 2)];
 }
+DType RandomMapDType(std::mt19937_64& rng) { return Chance(rng, 50) ? DType::kInt8 : DType::kBool; }
 
 // Hidden sizes below, at and above the vector widths, with odd tails; now and then a long row.
 int64_t RandomHidden(std::mt19937_64& rng) {
@@ -52,16 +56,13 @@ std::string Describe(const Problem& p, IndexData index, LayoutPolicy layout, uin
                 static_cast<unsigned long long>(seed));
 }
 
-CheckCase RandomFinalizeGrad(std::mt19937_64& rng) {
-  FinalizeGradConfig c;
-  c.index = Chance(rng, 50) ? IndexData::kRouted : IndexData::kRandom;
-  c.shape.tokens = RandomTokens(rng);
-  c.shape.hidden = RandomHidden(rng);
-  c.shape.experts = Uniform(rng, 1, 12);
-  // Routed data needs K distinct experts; random index data may use any K.
-  c.shape.topk = Uniform(rng, 1, c.index == IndexData::kRouted ? std::min<int64_t>(c.shape.experts, 6) : 6);
+// The draws of each operator's own fields, after the shared ones (index kind, T, H, E) and before dtype,
+// layout and seed. Routed index data needs K distinct experts (K <= E); random index data may use any K.
+void Draw(FinalizeGradConfig& c, std::mt19937_64& rng) {
+  const bool routed = c.index == IndexData::kRouted;
+  c.shape.topk = Small(rng, 1, routed ? c.shape.experts : 6);
   c.mode = Uniform(rng, 0, 1);
-  c.shape.capacity = Uniform(rng, 1, 6);
+  c.shape.capacity = Small(rng, 1, 6);
   const int64_t pairs = c.shape.tokens * c.shape.topk;
   if (c.mode == 0 && pairs > 1 && Chance(rng, 30)) c.active_num = Uniform(rng, 1, pairs - 1);
   if (c.mode == 0 && Chance(rng, 10)) c.active_num = pairs + Uniform(rng, 0, 3);
@@ -69,93 +70,75 @@ CheckCase RandomFinalizeGrad(std::mt19937_64& rng) {
   c.bias = c.scales && Chance(rng, 50);
   c.expanded_x_without_scales = !c.scales && Chance(rng, 50);
   c.grad_scales_without_scales = !c.scales && Chance(rng, 50);
-  c.dtype = RandomDType(rng);
-  c.layout = RandomLayout(rng);
-  c.seed = rng();
-  CheckCase k;
-  k.problem = MakeFinalizeGradProblem(c);
-  k.description = Describe(*k.problem, c.index, c.layout, c.seed);
-  return k;
 }
 
-CheckCase RandomPermuteGrad(std::mt19937_64& rng) {
-  PermuteGradConfig c;
-  c.index = Chance(rng, 50) ? IndexData::kRouted : IndexData::kRandom;
+void Draw(PermuteGradConfig& c, std::mt19937_64& rng) {
+  const bool routed = c.index == IndexData::kRouted;
+  c.shape.tokens = std::max<int64_t>(c.shape.tokens, 1);  // tokensNum > 0
   c.drop_and_pad = Chance(rng, 50);
   c.probs = Chance(rng, 70);
-  c.shape.tokens = std::max<int64_t>(RandomTokens(rng), 1);  // tokensNum > 0
-  c.shape.hidden = RandomHidden(rng);
-  c.shape.experts = Uniform(rng, 1, 12);
-  // Routed data and dropless probs (N routed entries in a T x E map) need K <= E.
-  const bool k_le_e = c.index == IndexData::kRouted || (c.probs && !c.drop_and_pad);
-  c.shape.topk = Uniform(rng, 1, k_le_e ? std::min<int64_t>(c.shape.experts, 6) : 6);
+  // Dropless probs (N routed entries in a T x E map) need K <= E too.
+  c.shape.topk = Small(rng, 1, routed || (c.probs && !c.drop_and_pad) ? c.shape.experts : 6);
   // The forward's gather fills at most T slots per expert; random indices may use any capacity.
-  c.shape.capacity = Uniform(rng, 1, c.index == IndexData::kRouted ? std::min<int64_t>(c.shape.tokens, 6) : 6);
+  c.shape.capacity = Small(rng, 1, routed ? c.shape.tokens : 6);
   c.routing_map = Chance(rng, 30);
   c.probs_grad_without_probs = !c.probs && Chance(rng, 40);
-  c.map_dtype = Chance(rng, 50) ? DType::kInt8 : DType::kBool;
-  c.dtype = RandomDType(rng);
-  c.layout = RandomLayout(rng);
-  c.seed = rng();
-  CheckCase k;
-  k.problem = MakePermuteGradProblem(c);
-  k.description = Describe(*k.problem, c.index, c.layout, c.seed);
-  return k;
+  c.map_dtype = RandomMapDType(rng);
 }
 
-CheckCase RandomFinalize(std::mt19937_64& rng) {
-  FinalizeConfig c;
-  c.index = Chance(rng, 50) ? IndexData::kRouted : IndexData::kRandom;
+void Draw(FinalizeConfig& c, std::mt19937_64& rng) {
   c.mode = Uniform(rng, 0, 3);
-  c.shape.tokens = RandomTokens(rng);
-  c.shape.hidden = RandomHidden(rng);
-  c.shape.experts = Uniform(rng, 1, 12);
-  c.shape.topk = Uniform(rng, 1, c.index == IndexData::kRouted ? std::min<int64_t>(c.shape.experts, 6) : 6);
-  c.shape.capacity = Uniform(rng, 1, 6);
+  c.shape.topk = Small(rng, 1, c.index == IndexData::kRouted ? c.shape.experts : 6);
+  c.shape.capacity = Small(rng, 1, 6);
   c.x1 = Chance(rng, 50);
   c.x2 = Chance(rng, 50);
   c.scales = Chance(rng, 70);
   c.bias = Chance(rng, 40);
   c.expert_idx_without_bias = !c.bias && Chance(rng, 25);
   if (c.shape.tokens == 0 && !c.scales) c.bias = c.expert_idx_without_bias = false;  // K unknowable: (0, K)
+}
+
+void Draw(PermuteConfig& c, std::mt19937_64& rng) {
+  c.drop_and_pad = Chance(rng, 50);
+  c.shape.topk = Small(rng, 0, c.shape.experts);        // dropless: K routed per row
+  c.shape.capacity = Small(rng, 0, c.shape.tokens);     // numOutTokens <= T*E
+  c.probs = Chance(rng, 70);
+  c.permute_probs_without_probs = !c.probs && Chance(rng, 40);
+  c.map_dtype = RandomMapDType(rng);
+}
+
+// One random case of the operator of Config::Args.
+template <typename Config>
+CheckCase RandomCase(std::mt19937_64& rng) {
+  Config c;
+  c.index = Chance(rng, 50) ? IndexData::kRouted : IndexData::kRandom;
+  c.shape.tokens = RandomTokens(rng);
+  c.shape.hidden = RandomHidden(rng);
+  c.shape.experts = Uniform(rng, 1, 12);
+  Draw(c, rng);
   c.dtype = RandomDType(rng);
   c.layout = RandomLayout(rng);
   c.seed = rng();
   CheckCase k;
-  k.problem = MakeFinalizeProblem(c);
+  k.problem = MakeProblem(c);
   k.description = Describe(*k.problem, c.index, c.layout, c.seed);
   return k;
 }
 
-CheckCase RandomPermute(std::mt19937_64& rng) {
-  PermuteConfig c;
-  c.index = Chance(rng, 50) ? IndexData::kRouted : IndexData::kRandom;
-  c.drop_and_pad = Chance(rng, 50);
-  c.shape.tokens = RandomTokens(rng);
-  c.shape.hidden = RandomHidden(rng);
-  c.shape.experts = Uniform(rng, 1, 12);
-  c.shape.topk = Uniform(rng, 0, std::min<int64_t>(c.shape.experts, 6));  // dropless: K routed per row
-  c.shape.capacity = Uniform(rng, 0, std::min<int64_t>(c.shape.tokens, 6));  // numOutTokens <= T*E
-  c.probs = Chance(rng, 70);
-  c.permute_probs_without_probs = !c.probs && Chance(rng, 40);
-  c.map_dtype = Chance(rng, 50) ? DType::kInt8 : DType::kBool;
-  c.dtype = RandomDType(rng);
-  c.layout = RandomLayout(rng);
-  c.seed = rng();
-  CheckCase k;
-  k.problem = MakePermuteProblem(c);
-  k.description = Describe(*k.problem, c.index, c.layout, c.seed);
-  return k;
+template <typename Config>
+CheckOp Op() {
+  using Info = OpInfo<typename Config::Args>;
+  return {Info::kName, Info::kKey, RandomCase<Config>};
 }
 
 }  // namespace
 
 const std::vector<CheckOp>& CheckOps() {
   static const std::vector<CheckOp> ops = {
-      {"MoeFinalizeRoutingV2Grad", "finalize-grad", RandomFinalizeGrad},
-      {"MoeTokenPermuteWithRoutingMapGrad", "permute-grad", RandomPermuteGrad},
-      {"MoeFinalizeRoutingV2", "finalize", RandomFinalize},
-      {"MoeTokenPermuteWithRoutingMap", "permute", RandomPermute},
+      Op<FinalizeGradConfig>(),
+      Op<PermuteGradConfig>(),
+      Op<FinalizeConfig>(),
+      Op<PermuteConfig>(),
   };
   return ops;
 }

@@ -18,8 +18,8 @@ struct CheckCase {
 };
 
 struct CheckOp {
-  const char* op;
-  const char* key;
+  const char* op;   // OpInfo<Args>::kName
+  const char* key;  // OpInfo<Args>::kKey
   std::function<CheckCase(std::mt19937_64& rng)> random_case;
 };
 

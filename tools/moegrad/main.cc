@@ -8,8 +8,8 @@
 
 #include "moegrad/plan.hpp"
 #include "tools/moegrad/cli.h"
-#include "tools/moegrad/common/catalog.h"
 #include "tools/moegrad/common/model_presets.h"
+#include "tools/moegrad/common/op_names.h"
 
 namespace moegrad::tool {
 namespace {
@@ -30,12 +30,10 @@ void PrintUsage(FILE* f) {
   std::fprintf(f,
                "    --tokens N            tokens T (batch x sequence) instead of the preset's default\n"
                "    --dtype f32|f16|bf16|all   float dtype (default all)\n"
-               "    --op NAME|all         operator name or short name:");
-  std::string last;
-  for (const BenchRow& r : BenchRows()) {
-    if (last != r.key) std::fprintf(f, " %s", r.key);
-    last = r.key;
-  }
+               "    --op NAME|all         one operator, by name or CANN name (case-insensitive):\n");
+  for (const OpName& op : OpNames()) std::fprintf(f, "                            %-36s %s\n", op.key, op.name);
+  std::fprintf(f, "                          older spellings, still accepted:");
+  for (const OpAlias& a : OpAliases()) std::fprintf(f, " %s", a.alias);
   std::fprintf(f,
                "\n"
                "    --json FILE           also write the rows as JSON\n"
@@ -44,7 +42,7 @@ void PrintUsage(FILE* f) {
                "          layout against the reference, including invalid-index cases; exit 0 only if all pass\n"
                "    --seconds S           how long to run (default 10)\n"
                "    --seed N              replay a run (default: from the clock)\n"
-               "    --op NAME|all         test one operator only\n"
+               "    --op NAME|all         test one operator only (names as for bench)\n"
                "  info    version, SIMD target, threads and measured copy bandwidth\n"
                "\n"
                "  --threads N             worker threads (default: MOEGRAD_NUM_THREADS, else every CPU)\n"

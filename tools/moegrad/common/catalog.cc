@@ -1,103 +1,60 @@
 #include "tools/moegrad/common/catalog.h"
 
-#include <strings.h>
-
+#include "moegrad/op_info.hpp"
+#include "tools/moegrad/common/op_names.h"
 #include "tools/moegrad/common/problems.h"
 
 namespace moegrad::tool {
+namespace {
+
+// The optional inputs a row passes.
+enum Inputs : unsigned { kScales = 1, kBias = 2, kProbs = 4 };
+
+// The makers: a row's mode (dropPadMode of the finalize operators, dropAndPad 0/1 of the permute operators)
+// and optional inputs set on its operator's config. FinalizeGradConfig and FinalizeConfig share one.
+template <typename FinalizeOrGradConfig>
+void Set(FinalizeOrGradConfig& c, int64_t mode, unsigned in) {
+  c.mode = mode;
+  c.scales = in & kScales;
+  c.bias = in & kBias;
+}
+void Set(PermuteGradConfig& c, int64_t mode, unsigned in) { c.drop_and_pad = mode != 0; c.probs = in & kProbs; }
+void Set(PermuteConfig& c, int64_t mode, unsigned in) { c.drop_and_pad = mode != 0; c.probs = in & kProbs; }
+
+// A row of the operator of Config::Args; everything else at the config's defaults (routed index data, every
+// tensor contiguous).
+template <typename Config>
+BenchRow Row(const char* mode_label, int64_t mode, unsigned inputs) {
+  using Info = OpInfo<typename Config::Args>;
+  return {Info::kName, Info::kKey, mode_label, [=](const Shape& shape, DType dtype, uint64_t seed) {
+            Config c;
+            c.shape = shape;
+            c.dtype = dtype;
+            c.seed = seed;
+            Set(c, mode, inputs);
+            return MakeProblem(c);
+          }};
+}
+
+}  // namespace
 
 const std::vector<BenchRow>& BenchRows() {
   // Routing as training produces it (random top-k, MoeInitRouting / permute-forward indices), every tensor
   // contiguous, the optional inputs a model uses.
   static const std::vector<BenchRow> rows = {
-      {"MoeFinalizeRoutingV2Grad", "finalize-grad", "dropless scales+bias",
-       [](const Shape& s, DType dt, uint64_t seed) {
-         FinalizeGradConfig c;
-         c.shape = s;
-         c.dtype = dt;
-         c.mode = 0;
-         c.scales = c.bias = true;
-         c.seed = seed;
-         return MakeFinalizeGradProblem(c);
-       }},
-      {"MoeFinalizeRoutingV2Grad", "finalize-grad", "drop-pad scales",
-       [](const Shape& s, DType dt, uint64_t seed) {
-         FinalizeGradConfig c;
-         c.shape = s;
-         c.dtype = dt;
-         c.mode = 1;
-         c.scales = true;
-         c.seed = seed;
-         return MakeFinalizeGradProblem(c);
-       }},
-      {"MoeTokenPermuteWithRoutingMapGrad", "permute-grad", "dropless probs",
-       [](const Shape& s, DType dt, uint64_t seed) {
-         PermuteGradConfig c;
-         c.shape = s;
-         c.dtype = dt;
-         c.drop_and_pad = false;
-         c.probs = true;
-         c.seed = seed;
-         return MakePermuteGradProblem(c);
-       }},
-      {"MoeTokenPermuteWithRoutingMapGrad", "permute-grad", "drop-pad probs",
-       [](const Shape& s, DType dt, uint64_t seed) {
-         PermuteGradConfig c;
-         c.shape = s;
-         c.dtype = dt;
-         c.drop_and_pad = true;
-         c.probs = true;
-         c.seed = seed;
-         return MakePermuteGradProblem(c);
-       }},
+      Row<FinalizeGradConfig>("dropless scales+bias", 0, kScales | kBias),
+      Row<FinalizeGradConfig>("drop-pad scales", 1, kScales),
+      Row<PermuteGradConfig>("dropless probs", 0, kProbs),
+      Row<PermuteGradConfig>("drop-pad probs", 1, kProbs),
       // The forward operators, for scale: their gradients above move the same bytes the other way.
-      {"MoeFinalizeRoutingV2", "finalize", "mode2 dropless scales+bias",
-       [](const Shape& s, DType dt, uint64_t seed) {
-         FinalizeConfig c;
-         c.shape = s;
-         c.dtype = dt;
-         c.mode = 2;
-         c.scales = c.bias = true;
-         c.seed = seed;
-         return MakeFinalizeProblem(c);
-       }},
-      {"MoeFinalizeRoutingV2", "finalize", "mode3 drop-pad scales",
-       [](const Shape& s, DType dt, uint64_t seed) {
-         FinalizeConfig c;
-         c.shape = s;
-         c.dtype = dt;
-         c.mode = 3;
-         c.scales = true;
-         c.seed = seed;
-         return MakeFinalizeProblem(c);
-       }},
-      {"MoeTokenPermuteWithRoutingMap", "permute", "dropless probs",
-       [](const Shape& s, DType dt, uint64_t seed) {
-         PermuteConfig c;
-         c.shape = s;
-         c.dtype = dt;
-         c.drop_and_pad = false;
-         c.probs = true;
-         c.seed = seed;
-         return MakePermuteProblem(c);
-       }},
-      {"MoeTokenPermuteWithRoutingMap", "permute", "drop-pad probs",
-       [](const Shape& s, DType dt, uint64_t seed) {
-         PermuteConfig c;
-         c.shape = s;
-         c.dtype = dt;
-         c.drop_and_pad = true;
-         c.probs = true;
-         c.seed = seed;
-         return MakePermuteProblem(c);
-       }},
+      Row<FinalizeConfig>("mode2 dropless scales+bias", 2, kScales | kBias),
+      Row<FinalizeConfig>("mode3 drop-pad scales", 3, kScales),
+      Row<PermuteConfig>("dropless probs", 0, kProbs),
+      Row<PermuteConfig>("drop-pad probs", 1, kProbs),
   };
   return rows;
 }
 
-bool RowMatches(const BenchRow& row, const std::string& name) {
-  return strcasecmp(name.c_str(), "all") == 0 || strcasecmp(name.c_str(), row.op) == 0 ||
-         strcasecmp(name.c_str(), row.key) == 0;
-}
+bool RowMatches(const BenchRow& row, const std::string& name) { return OpSelected(name, OpName{row.op, row.key}); }
 
 }  // namespace moegrad::tool

@@ -13,15 +13,16 @@
 namespace moegrad::tool {
 
 struct BenchRow {
-  const char* op;    // operator name, e.g. "MoeFinalizeRoutingV2Grad"
-  const char* key;   // short name for --op and benchmark names, e.g. "finalize-grad"
+  const char* op;    // OpInfo<Args>::kName, e.g. "MoeFinalizeRoutingV2Grad"
+  const char* key;   // OpInfo<Args>::kKey, for --op, the JSON and benchmark names, e.g. "finalize-routing-v2-grad"
   const char* mode;  // e.g. "dropless scales+bias"
   std::function<std::unique_ptr<Problem>(const Shape& shape, DType dtype, uint64_t seed)> make;
 };
 
 const std::vector<BenchRow>& BenchRows();
 
-// True when `name` selects `row`: "all", the operator name or its key (case-insensitive).
+// True when the --op value `name` selects `row` (see OpSelected: "all", the CANN name, the key or an older
+// spelling of it, case-insensitive).
 bool RowMatches(const BenchRow& row, const std::string& name);
 
 }  // namespace moegrad::tool

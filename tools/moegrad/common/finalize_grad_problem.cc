@@ -3,16 +3,15 @@
 #include <cmath>
 
 #include "src/ref/reference.h"
-#include "tools/moegrad/common/model_presets.h"
 #include "tools/moegrad/common/problems.h"
-#include "tools/moegrad/common/routing.h"
 
 namespace moegrad::tool {
 namespace {
 
-class FinalizeGradProblem final : public Problem {
+class FinalizeGradProblem final : public OpProblem<FinalizeGradConfig> {
  public:
-  explicit FinalizeGradProblem(const FinalizeGradConfig& c) : c_(c) {
+  explicit FinalizeGradProblem(const FinalizeGradConfig& c)
+      : OpProblem(c, {PlanFinalizeRoutingV2Grad, FinalizeRoutingV2Grad, ref::FinalizeRoutingV2Grad}) {
     const int64_t R = c.shape.tokens, H = c.shape.hidden, E = c.shape.experts, K = c.shape.topk;
     const int64_t C = c.shape.capacity;
     const int64_t pairs = R * K;
@@ -22,64 +21,32 @@ class FinalizeGradProblem final : public Problem {
     const std::vector<int64_t> x_shape =
         c.mode == 1 ? std::vector<int64_t>{E, C, H} : std::vector<int64_t>{rows_, H};
 
-    grad_y_ = make.Input(c.dtype, {R, H});
-    grad_y_.FillUniform(rng());
+    grad_y_ = make.Uniform(c.dtype, {R, H}, rng());
     row_idx_ = make.Index(DType::kInt32, {pairs});
-    if (c.scales || c.expanded_x_without_scales) {
-      expanded_x_ = make.Input(c.dtype, x_shape);
-      expanded_x_.FillUniform(rng());
-    }
-    if (c.scales) {
-      scales_ = make.Input(c.dtype, {R, K});
-      scales_.FillUniform(rng(), 0.0f, 1.0f);
-    }
+    if (c.scales || c.expanded_x_without_scales) expanded_x_ = make.Uniform(c.dtype, x_shape, rng());
+    if (c.scales) scales_ = make.Uniform(c.dtype, {R, K}, rng(), 0.0f, 1.0f);
     if (c.bias) {
       expert_idx_ = make.Index(DType::kInt32, {R, K});
-      bias_ = make.Input(c.dtype, {E, H});
-      bias_.FillUniform(rng());
+      bias_ = make.Uniform(c.dtype, {E, H}, rng());
     }
 
     // Index data: expandedRowIdx (and expertIdx) as MoeInitRoutingV2 makes them, or arbitrary valid values.
-    if (c.index == IndexData::kRouted) {
-      const Routing routing = RandomRouting(R, E, K, rng);
-      const std::vector<int32_t> idx = InitRoutingRowIdx(routing, c.mode == 1 ? C : 0);
-      for (int64_t i = 0; i < pairs; ++i) row_idx_.SetI(i, idx[static_cast<size_t>(i)]);
-      if (c.bias) {
-        for (int64_t i = 0; i < pairs; ++i) expert_idx_.SetI(i, routing.expert[static_cast<size_t>(i)]);
-      }
-    } else {
-      const int64_t lo = c.mode == 1 ? -1 : 0, hi = c.mode == 1 ? E * C : pairs;
-      std::uniform_int_distribution<int64_t> value(lo, std::max(lo, hi - 1));
-      for (int64_t i = 0; i < pairs; ++i) row_idx_.SetI(i, value(rng));
-      if (c.bias) {
-        std::uniform_int_distribution<int64_t> expert(0, E - 1);
-        for (int64_t i = 0; i < pairs; ++i) expert_idx_.SetI(i, expert(rng));
-      }
-    }
+    const int64_t lo = c.mode == 1 ? -1 : 0, hi = c.mode == 1 ? E * C : pairs;
+    FillFinalizeIndices(c.index, c.shape, c.mode == 1 ? C : 0, false, lo, std::max(lo, hi - 1), rng, &row_idx_,
+                        c.bias ? &expert_idx_ : nullptr);
 
-    grad_expanded_x_ = make.Output(c.dtype, x_shape);
-    outputs_.push_back({"gradExpandedX", &grad_expanded_x_, {}, {}, true});
+    AddOutput("gradExpandedX", &grad_expanded_x_, make.Output(c.dtype, x_shape));
     if (c.scales || c.grad_scales_without_scales) {
-      grad_scales_ = make.Output(c.dtype, {R, K});
-      outputs_.push_back({"gradScales", &grad_scales_, {}, {}, c.scales});
+      AddOutput("gradScales", &grad_scales_, make.Output(c.dtype, {R, K}), c.scales);
     }
   }
 
-  const char* op_name() const override { return "MoeFinalizeRoutingV2Grad"; }
   std::string mode_name() const override {
     std::string m = c_.mode == 1 ? "drop-pad" : "dropless";
     if (c_.mode == 0 && rows_ < c_.shape.tokens * c_.shape.topk) m += Format(" active=%lld", (long long)rows_);
     m += c_.scales ? (c_.bias ? " scales+bias" : " scales") : "";
     return m;
   }
-  std::string shape_name() const override {
-    const Shape& s = c_.shape;
-    return ShapeString(s.tokens, s.hidden, s.experts, s.topk, c_.mode == 1 ? s.capacity : 0);
-  }
-  DType dtype() const override { return c_.dtype; }
-
-  Status Plan(moegrad::Plan* plan) const override { return PlanFinalizeRoutingV2Grad(Args(false), plan); }
-  Status Call() const override { return FinalizeRoutingV2Grad(Args(false)); }
 
   uint64_t MinBytes() const override {
     const uint64_t b = ElementSize(c_.dtype);
@@ -91,8 +58,7 @@ class FinalizeGradProblem final : public Problem {
   }
 
   void RunReference() override {
-    PrepareExpected();
-    ref::FinalizeRoutingV2Grad(Args(true));
+    OpProblem::RunReference();
     if (c_.scales) outputs_[1].tolerance = [this](int64_t i) { return DotTolerance(i); };
   }
 
@@ -101,20 +67,17 @@ class FinalizeGradProblem final : public Problem {
     if (pairs == 0) return false;
     const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(pairs));
     if (c_.bias && rng() % 3 == 0) {
-      const int64_t bad = rng() % 2 ? c_.shape.experts : -1;
-      expert_idx_.SetI(i, bad);
-      *what = Format("expertIdx[%lld] = %lld", (long long)i, (long long)bad);
+      *what = SetBadIndex(&expert_idx_, "expertIdx", i, rng() % 2 ? c_.shape.experts : -1);
       return true;
     }
     const int64_t hi = c_.mode == 1 ? c_.shape.experts * c_.shape.capacity : pairs;
     const int64_t bad = rng() % 2 ? hi + static_cast<int64_t>(rng() % 3) : (c_.mode == 1 ? -2 : -1);
-    row_idx_.SetI(i, bad);
-    *what = Format("expandedRowIdx[%lld] = %lld", (long long)i, (long long)bad);
+    *what = SetBadIndex(&row_idx_, "expandedRowIdx", i, bad);
     return true;
   }
 
  private:
-  FinalizeRoutingV2GradArgs Args(bool reference) const {
+  FinalizeRoutingV2GradArgs CallArgs(bool reference) const override {
     FinalizeRoutingV2GradArgs a;
     a.grad_y = grad_y_.view();
     a.expanded_row_idx = row_idx_.view();
@@ -128,9 +91,8 @@ class FinalizeGradProblem final : public Problem {
     a.active_num = c_.active_num;
     a.expert_num = c_.mode == 1 ? c_.shape.experts : 0;
     a.expert_capacity = c_.mode == 1 ? c_.shape.capacity : 0;
-    a.grad_expanded_x = reference ? outputs_[0].expected.view() : grad_expanded_x_.view();
-    if (outputs_.size() > 1) a.grad_scales = reference ? outputs_[1].expected.view() : grad_scales_.view();
-    if (reference && !c_.scales) a.grad_scales.reset();
+    a.grad_expanded_x = OutputView(0, reference);
+    if (outputs_.size() > 1 && (c_.scales || !reference)) a.grad_scales = OutputView(1, reference);
     return a;
   }
 
@@ -159,15 +121,12 @@ class FinalizeGradProblem final : public Problem {
                               1e-30);
   }
 
-  FinalizeGradConfig c_;
   int64_t rows_ = 0;
   HostTensor grad_y_, row_idx_, expanded_x_, scales_, expert_idx_, bias_, grad_expanded_x_, grad_scales_;
 };
 
 }  // namespace
 
-std::unique_ptr<Problem> MakeFinalizeGradProblem(const FinalizeGradConfig& c) {
-  return std::make_unique<FinalizeGradProblem>(c);
-}
+std::unique_ptr<Problem> MakeProblem(const FinalizeGradConfig& c) { return std::make_unique<FinalizeGradProblem>(c); }
 
 }  // namespace moegrad::tool

@@ -3,16 +3,17 @@
 #include <numeric>
 
 #include "src/ref/reference.h"
-#include "tools/moegrad/common/model_presets.h"
 #include "tools/moegrad/common/problems.h"
 #include "tools/moegrad/common/routing.h"
 
 namespace moegrad::tool {
 namespace {
 
-class PermuteGradProblem final : public Problem {
+class PermuteGradProblem final : public OpProblem<PermuteGradConfig> {
  public:
-  explicit PermuteGradProblem(const PermuteGradConfig& c) : c_(c) {
+  explicit PermuteGradProblem(const PermuteGradConfig& c)
+      : OpProblem(c, {PlanTokenPermuteWithRoutingMapGrad, TokenPermuteWithRoutingMapGrad,
+                      ref::TokenPermuteWithRoutingMapGrad}) {
     const int64_t T = c.shape.tokens, H = c.shape.hidden, E = c.shape.experts, K = c.shape.topk;
     n_ = c.drop_and_pad ? E * c.shape.capacity : T * K;
     has_map_ = (c.probs && !c.drop_and_pad) || c.routing_map;
@@ -20,12 +21,8 @@ class PermuteGradProblem final : public Problem {
     std::mt19937_64 rng(c.seed);
     TensorMaker make(c.layout, rng());
 
-    grad_ = make.Input(c.dtype, {n_, H});
-    grad_.FillUniform(rng());
-    if (c.probs) {
-      probs_grad_in_ = make.Input(c.dtype, {n_});
-      probs_grad_in_.FillUniform(rng());
-    }
+    grad_ = make.Uniform(c.dtype, {n_, H}, rng());
+    if (c.probs) probs_grad_in_ = make.Uniform(c.dtype, {n_}, rng());
     sorted_ = make.Index(DType::kInt32, {n_});
     if (map) map_ = make.Index(c.map_dtype, {T, E});
 
@@ -52,40 +49,20 @@ class PermuteGradProblem final : public Problem {
       }
     }
     for (int64_t p = 0; p < n_; ++p) sorted_.SetI(p, sorted[static_cast<size_t>(p)]);
-    if (map) {
-      for (int64_t i = 0; i < T * E; ++i) {
-        // INT8: any non-zero value means routed.
-        int64_t v = routed[static_cast<size_t>(i)] != 0 ? 1 : 0;
-        if (v != 0 && c.map_dtype == DType::kInt8 && c.index == IndexData::kRandom) {
-          v = (static_cast<int64_t>(rng() % 255) - 127) | 1;
-        }
-        map_.SetI(i, v);
-      }
-    }
+    if (map) FillRoutingMap(routed, c.map_dtype == DType::kInt8 && c.index == IndexData::kRandom, rng, &map_);
 
-    tokens_grad_ = make.Output(c.dtype, {T, H});
-    outputs_.push_back({"tokensGrad", &tokens_grad_, {}, {}, true});
+    AddOutput("tokensGrad", &tokens_grad_, make.Output(c.dtype, {T, H}));
     if (c.probs || c.probs_grad_without_probs) {
-      probs_grad_ = make.Output(c.dtype, {T, E});
-      outputs_.push_back({"probsGrad", &probs_grad_, {}, {}, c.probs});
+      AddOutput("probsGrad", &probs_grad_, make.Output(c.dtype, {T, E}), c.probs);
     }
   }
 
-  const char* op_name() const override { return "MoeTokenPermuteWithRoutingMapGrad"; }
   std::string mode_name() const override {
     std::string m = c_.drop_and_pad ? "drop-pad" : "dropless";
     if (c_.probs) m += " probs";
     if (has_map_) m += c_.map_dtype == DType::kBool ? " map:bool" : " map:int8";
     return m;
   }
-  std::string shape_name() const override {
-    const Shape& s = c_.shape;
-    return ShapeString(s.tokens, s.hidden, s.experts, s.topk, c_.drop_and_pad ? s.capacity : 0);
-  }
-  DType dtype() const override { return c_.dtype; }
-
-  Status Plan(moegrad::Plan* plan) const override { return PlanTokenPermuteWithRoutingMapGrad(Args(false), plan); }
-  Status Call() const override { return TokenPermuteWithRoutingMapGrad(Args(false)); }
 
   uint64_t MinBytes() const override {
     const uint64_t b = ElementSize(c_.dtype);
@@ -95,11 +72,6 @@ class PermuteGradProblem final : public Problem {
     uint64_t bytes = rows * H * b + N * 4 + T * H * b;
     if (c_.probs) bytes += N * b + T * E * b + (c_.drop_and_pad ? 0 : T * E);
     return bytes;
-  }
-
-  void RunReference() override {
-    PrepareExpected();
-    ref::TokenPermuteWithRoutingMapGrad(Args(true));
   }
 
   bool CorruptIndex(std::mt19937_64& rng, std::string* what) override {
@@ -118,13 +90,12 @@ class PermuteGradProblem final : public Problem {
     const int64_t p = static_cast<int64_t>(rng() % static_cast<uint64_t>(n_));
     const int64_t hi = c_.drop_and_pad ? c_.shape.tokens : n_;
     const int64_t bad = rng() % 2 ? hi + static_cast<int64_t>(rng() % 3) : -1 - static_cast<int64_t>(rng() % 3);
-    sorted_.SetI(p, bad);
-    *what = Format("sortedIndices[%lld] = %lld", (long long)p, (long long)bad);
+    *what = SetBadIndex(&sorted_, "sortedIndices", p, bad);
     return true;
   }
 
  private:
-  TokenPermuteWithRoutingMapGradArgs Args(bool reference) const {
+  TokenPermuteWithRoutingMapGradArgs CallArgs(bool reference) const override {
     TokenPermuteWithRoutingMapGradArgs a;
     a.permuted_token_output_grad = grad_.view();
     if (c_.probs) a.permuted_probs_output_grad = probs_grad_in_.view();
@@ -133,14 +104,11 @@ class PermuteGradProblem final : public Problem {
     a.num_experts = c_.shape.experts;
     a.tokens_num = c_.shape.tokens;
     a.drop_and_pad = c_.drop_and_pad;
-    a.tokens_grad = reference ? outputs_[0].expected.view() : tokens_grad_.view();
-    if (outputs_.size() > 1 && (c_.probs || !reference)) {
-      a.probs_grad = reference ? outputs_[1].expected.view() : probs_grad_.view();
-    }
+    a.tokens_grad = OutputView(0, reference);
+    if (outputs_.size() > 1 && (c_.probs || !reference)) a.probs_grad = OutputView(1, reference);
     return a;
   }
 
-  PermuteGradConfig c_;
   int64_t n_ = 0;
   bool has_map_ = false;
   HostTensor grad_, probs_grad_in_, sorted_, map_, tokens_grad_, probs_grad_;
@@ -148,8 +116,6 @@ class PermuteGradProblem final : public Problem {
 
 }  // namespace
 
-std::unique_ptr<Problem> MakePermuteGradProblem(const PermuteGradConfig& c) {
-  return std::make_unique<PermuteGradProblem>(c);
-}
+std::unique_ptr<Problem> MakeProblem(const PermuteGradConfig& c) { return std::make_unique<PermuteGradProblem>(c); }
 
 }  // namespace moegrad::tool

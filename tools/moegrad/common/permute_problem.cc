@@ -2,28 +2,24 @@
 #include <algorithm>
 
 #include "src/ref/reference.h"
-#include "tools/moegrad/common/model_presets.h"
 #include "tools/moegrad/common/problems.h"
 #include "tools/moegrad/common/routing.h"
 
 namespace moegrad::tool {
 namespace {
 
-class PermuteProblem final : public Problem {
+class PermuteProblem final : public OpProblem<PermuteConfig> {
  public:
-  explicit PermuteProblem(const PermuteConfig& c) : c_(c) {
+  explicit PermuteProblem(const PermuteConfig& c)
+      : OpProblem(c, {PlanTokenPermuteWithRoutingMap, TokenPermuteWithRoutingMap, ref::TokenPermuteWithRoutingMap}) {
     const int64_t T = c.shape.tokens, H = c.shape.hidden, E = c.shape.experts, K = c.shape.topk;
     n_ = c.drop_and_pad ? E * c.shape.capacity : T * K;
     std::mt19937_64 rng(c.seed);
     TensorMaker make(c.layout, rng());
 
-    tokens_ = make.Input(c.dtype, {T, H});
-    tokens_.FillUniform(rng());
+    tokens_ = make.Uniform(c.dtype, {T, H}, rng());
     map_ = make.Index(c.map_dtype, {T, E});
-    if (c.probs) {
-      probs_ = make.Input(c.dtype, {T, E});
-      probs_.FillUniform(rng(), 0.0f, 1.0f);
-    }
+    if (c.probs) probs_ = make.Uniform(c.dtype, {T, E}, rng(), 0.0f, 1.0f);
     // Dropless needs exactly K routed entries per row: a top-k routing. Drop-and-pad takes any map.
     std::vector<uint8_t> routed;
     if (c.drop_and_pad && c.index == IndexData::kRandom) {
@@ -33,39 +29,21 @@ class PermuteProblem final : public Problem {
     } else {
       routed = RoutingMap(RandomRouting(T, E, K, rng));
     }
-    for (int64_t i = 0; i < T * E; ++i) {
-      int64_t v = routed[static_cast<size_t>(i)] != 0 ? 1 : 0;
-      if (v != 0 && c.map_dtype == DType::kInt8 && c.index == IndexData::kRandom) {
-        v = (static_cast<int64_t>(rng() % 255) - 127) | 1;  // any non-zero value means routed
-      }
-      map_.SetI(i, v);
-    }
+    FillRoutingMap(routed, c.map_dtype == DType::kInt8 && c.index == IndexData::kRandom, rng, &map_);
 
-    permuted_ = make.Output(c.dtype, {n_, H});
-    outputs_.push_back({"permuteTokens", &permuted_, {}, {}, true});
-    sorted_ = make.Output(DType::kInt32, {n_});
-    outputs_.push_back({"sortedIndices", &sorted_, {}, {}, true});
+    AddOutput("permuteTokens", &permuted_, make.Output(c.dtype, {n_, H}));
+    AddOutput("sortedIndices", &sorted_, make.Output(DType::kInt32, {n_}));
     if (c.probs || c.permute_probs_without_probs) {
-      permuted_probs_ = make.Output(c.dtype, {n_});
-      outputs_.push_back({"permuteProbs", &permuted_probs_, {}, {}, c.probs});
+      AddOutput("permuteProbs", &permuted_probs_, make.Output(c.dtype, {n_}), c.probs);
     }
   }
 
-  const char* op_name() const override { return "MoeTokenPermuteWithRoutingMap"; }
   std::string mode_name() const override {
     std::string m = c_.drop_and_pad ? "drop-pad" : "dropless";
     if (c_.probs) m += " probs";
     m += c_.map_dtype == DType::kBool ? " map:bool" : " map:int8";
     return m;
   }
-  std::string shape_name() const override {
-    const Shape& s = c_.shape;
-    return ShapeString(s.tokens, s.hidden, s.experts, s.topk, c_.drop_and_pad ? s.capacity : 0);
-  }
-  DType dtype() const override { return c_.dtype; }
-
-  Status Plan(moegrad::Plan* plan) const override { return PlanTokenPermuteWithRoutingMap(Args(false), plan); }
-  Status Call() const override { return TokenPermuteWithRoutingMap(Args(false)); }
 
   uint64_t MinBytes() const override {
     const uint64_t b = ElementSize(c_.dtype);
@@ -88,11 +66,6 @@ class PermuteProblem final : public Problem {
     return bytes;
   }
 
-  void RunReference() override {
-    PrepareExpected();
-    ref::TokenPermuteWithRoutingMap(Args(true));
-  }
-
   bool CorruptIndex(std::mt19937_64& rng, std::string* what) override {
     // Only dropless mode has index rules: every map row holds exactly K entries. Break one row.
     const int64_t T = c_.shape.tokens, E = c_.shape.experts;
@@ -107,27 +80,25 @@ class PermuteProblem final : public Problem {
   }
 
  private:
-  TokenPermuteWithRoutingMapArgs Args(bool reference) const {
+  TokenPermuteWithRoutingMapArgs CallArgs(bool reference) const override {
     TokenPermuteWithRoutingMapArgs a;
     a.tokens = tokens_.view();
     a.routing_map = map_.view();
     if (c_.probs) a.probs = probs_.view();
     a.num_out_tokens = n_;
     a.drop_and_pad = c_.drop_and_pad;
-    a.permute_tokens = reference ? outputs_[0].expected.view() : permuted_.view();
-    a.sorted_indices = reference ? outputs_[1].expected.view() : sorted_.view();
-    if (c_.probs) a.permute_probs = reference ? outputs_[2].expected.view() : permuted_probs_.view();
-    if (!c_.probs && !reference && c_.permute_probs_without_probs) a.permute_probs = permuted_probs_.view();
+    a.permute_tokens = OutputView(0, reference);
+    a.sorted_indices = OutputView(1, reference);
+    if (outputs_.size() > 2 && (c_.probs || !reference)) a.permute_probs = OutputView(2, reference);
     return a;
   }
 
-  PermuteConfig c_;
   int64_t n_ = 0;
   HostTensor tokens_, map_, probs_, permuted_, sorted_, permuted_probs_;
 };
 
 }  // namespace
 
-std::unique_ptr<Problem> MakePermuteProblem(const PermuteConfig& c) { return std::make_unique<PermuteProblem>(c); }
+std::unique_ptr<Problem> MakeProblem(const PermuteConfig& c) { return std::make_unique<PermuteProblem>(c); }
 
 }  // namespace moegrad::tool

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "src/testing/float16.h"
+#include "tools/moegrad/common/routing.h"
 
 namespace moegrad::tool {
 
@@ -57,6 +58,41 @@ uint64_t CountDistinct(const HostTensor& index, int64_t lo, int64_t hi) {
     ++n;
   }
   return n;
+}
+
+std::string SetBadIndex(HostTensor* index, const char* name, int64_t flat, int64_t value) {
+  index->SetI(flat, value);
+  return Format("%s[%lld] = %lld", name, static_cast<long long>(flat), static_cast<long long>(value));
+}
+
+void FillFinalizeIndices(IndexData index, const Shape& s, int64_t capacity, bool expert_major, int64_t lo,
+                         int64_t hi, std::mt19937_64& rng, HostTensor* row_idx, HostTensor* expert_idx) {
+  const int64_t R = s.tokens, K = s.topk, pairs = R * K;
+  if (index == IndexData::kRouted) {
+    const Routing routing = RandomRouting(R, s.experts, K, rng);
+    const std::vector<int32_t> idx = InitRoutingRowIdx(routing, capacity);
+    for (int64_t i = 0; i < pairs; ++i) {
+      row_idx->SetI(expert_major ? (i % K) * R + i / K : i, idx[static_cast<size_t>(i)]);
+    }
+    if (expert_idx != nullptr) {
+      for (int64_t i = 0; i < pairs; ++i) expert_idx->SetI(i, routing.expert[static_cast<size_t>(i)]);
+    }
+    return;
+  }
+  std::uniform_int_distribution<int64_t> value(lo, hi);
+  for (int64_t i = 0; i < pairs; ++i) row_idx->SetI(i, value(rng));
+  if (expert_idx != nullptr) {
+    std::uniform_int_distribution<int64_t> expert(0, s.experts - 1);
+    for (int64_t i = 0; i < pairs; ++i) expert_idx->SetI(i, expert(rng));
+  }
+}
+
+void FillRoutingMap(const std::vector<uint8_t>& routed, bool any_nonzero, std::mt19937_64& rng, HostTensor* map) {
+  for (size_t i = 0; i < routed.size(); ++i) {
+    int64_t v = routed[i] != 0 ? 1 : 0;
+    if (v != 0 && any_nonzero) v = (static_cast<int64_t>(rng() % 255) - 127) | 1;
+    map->SetI(static_cast<int64_t>(i), v);
+  }
 }
 
 bool CompareOutputs(const Problem& p, int64_t sample, std::string* message) {

@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "moegrad/op_info.hpp"
 #include "moegrad/ops.hpp"
 #include "tools/moegrad/common/host_tensor.h"
+#include "tools/moegrad/common/model_presets.h"
 
 namespace moegrad::tool {
 
@@ -40,6 +42,12 @@ class TensorMaker {
   TensorMaker(LayoutPolicy policy, uint64_t seed) : policy_(policy), rng_(seed) {}
   // Float inputs may be broadcast views; index tensors and outputs never are.
   HostTensor Input(DType dtype, std::vector<int64_t> sizes) { return Make(dtype, std::move(sizes), true); }
+  // An input holding uniform values in [lo, hi) drawn from `fill_seed` (HostTensor::FillUniform).
+  HostTensor Uniform(DType dtype, std::vector<int64_t> sizes, uint64_t fill_seed, float lo = -1.0f, float hi = 1.0f) {
+    HostTensor t = Input(dtype, std::move(sizes));
+    t.FillUniform(fill_seed, lo, hi);
+    return t;
+  }
   HostTensor Index(DType dtype, std::vector<int64_t> sizes) { return Make(dtype, std::move(sizes), false); }
   // Outputs start as a byte pattern (contiguous) or random bytes, never as the values they must receive.
   HostTensor Output(DType dtype, std::vector<int64_t> sizes) {
@@ -88,12 +96,77 @@ class Problem {
  protected:
   // Fresh contiguous tensors for the reference results, one per output, shaped like it.
   void PrepareExpected();
+  // Stores `made` in `*t` and lists it as an output; `written` false: the operator must leave it untouched.
+  void AddOutput(const char* name, HostTensor* t, HostTensor made, bool written = true) {
+    *t = std::move(made);
+    outputs_.push_back({name, t, {}, {}, written});
+  }
+  // Output i as the operator under test sees it, or (reference) the tensor the reference writes.
+  TensorView OutputView(size_t i, bool reference) const {
+    return reference ? outputs_[i].expected.view() : outputs_[i].actual->view();
+  }
 
   std::vector<OutputPair> outputs_;
 };
 
+// The C++ API functions of one operator and its scalar reference.
+template <typename Args>
+struct OpCalls {
+  Status (*plan)(const Args&, moegrad::Plan*);
+  Status (*call)(const Args&);
+  void (*reference)(const Args&);
+};
+
+// What the problems of every operator share: the config (a ProblemConfig with Args and drop_pad()), the
+// operator's name (OpInfo), the shape string, and phase one, the one-call form and the reference, each
+// called on CallArgs.
+template <typename Config>
+class OpProblem : public Problem {
+ public:
+  using Args = typename Config::Args;
+  OpProblem(const Config& c, OpCalls<Args> calls) : c_(c), calls_(calls) {}
+
+  const char* op_name() const override { return OpInfo<Args>::kName; }
+  std::string shape_name() const override {
+    const Shape& s = c_.shape;
+    return ShapeString(s.tokens, s.hidden, s.experts, s.topk, c_.drop_pad() ? s.capacity : 0);
+  }
+  DType dtype() const override { return c_.dtype; }
+  Status Plan(moegrad::Plan* plan) const override { return calls_.plan(CallArgs(false), plan); }
+  Status Call() const override { return calls_.call(CallArgs(false)); }
+  void RunReference() override {
+    PrepareExpected();
+    calls_.reference(CallArgs(true));
+  }
+
+ protected:
+  // The problem's tensors as the operator's arguments: the outputs under test, or (reference) the
+  // reference's, with the optional outputs the reference must not see left out.
+  virtual Args CallArgs(bool reference) const = 0;
+
+  const Config c_;
+
+ private:
+  OpCalls<Args> calls_;
+};
+
 // Number of distinct values in [lo, hi) among an index tensor's elements (rows some pair reads).
 uint64_t CountDistinct(const HostTensor& index, int64_t lo, int64_t hi);
+
+// Sets element `flat` of an index tensor to `value` (an invalid one, for CorruptIndex) and returns
+// "name[flat] = value" for the message.
+std::string SetBadIndex(HostTensor* index, const char* name, int64_t flat, int64_t value);
+
+// expandedRowIdx, and expertIdx when `expert_idx` is not null, of the finalize operators for R = s.tokens
+// rows of K = s.topk pairs. kRouted: as MoeInitRoutingV2 makes them from a random top-k routing (drop-and-pad
+// when capacity > 0), pair i = r*K + k stored at (r, k), or at k*R + r when `expert_major`. kRandom: every
+// value uniform in [lo, hi], every expert uniform in [0, E).
+void FillFinalizeIndices(IndexData index, const Shape& s, int64_t capacity, bool expert_major, int64_t lo,
+                         int64_t hi, std::mt19937_64& rng, HostTensor* row_idx, HostTensor* expert_idx);
+
+// A (T, E) routing map from 0/1 entries `routed`. With `any_nonzero` (INT8 maps of random index data) each
+// routed entry is an arbitrary odd value in [-127, 127] instead of 1: any non-zero value means routed.
+void FillRoutingMap(const std::vector<uint8_t>& routed, bool any_nonzero, std::mt19937_64& rng, HostTensor* map);
 
 // Compares every written output with the reference (bit-exact or within its tolerance). `sample` > 0
 // compares only that many evenly spread elements per output (plus the first and last). On a mismatch
