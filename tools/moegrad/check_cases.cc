@@ -58,7 +58,7 @@ std::string Describe(const Problem& p, IndexData index, LayoutPolicy layout, uin
 
 // The draws of each operator's own fields, after the shared ones (index kind, T, H, E) and before dtype,
 // layout and seed. Routed index data needs K distinct experts (K <= E); random index data may use any K.
-void Draw(FinalizeGradConfig& c, std::mt19937_64& rng) {
+void Draw(FinalizeRoutingV2GradConfig& c, std::mt19937_64& rng) {
   const bool routed = c.index == IndexData::kRouted;
   c.shape.topk = Small(rng, 1, routed ? c.shape.experts : 6);
   c.mode = Uniform(rng, 0, 1);
@@ -72,7 +72,7 @@ void Draw(FinalizeGradConfig& c, std::mt19937_64& rng) {
   c.grad_scales_without_scales = !c.scales && Chance(rng, 50);
 }
 
-void Draw(PermuteGradConfig& c, std::mt19937_64& rng) {
+void Draw(TokenPermuteWithRoutingMapGradConfig& c, std::mt19937_64& rng) {
   const bool routed = c.index == IndexData::kRouted;
   c.shape.tokens = std::max<int64_t>(c.shape.tokens, 1);  // tokensNum > 0
   c.drop_and_pad = Chance(rng, 50);
@@ -86,7 +86,7 @@ void Draw(PermuteGradConfig& c, std::mt19937_64& rng) {
   c.map_dtype = RandomMapDType(rng);
 }
 
-void Draw(FinalizeConfig& c, std::mt19937_64& rng) {
+void Draw(FinalizeRoutingV2Config& c, std::mt19937_64& rng) {
   c.mode = Uniform(rng, 0, 3);
   c.shape.topk = Small(rng, 1, c.index == IndexData::kRouted ? c.shape.experts : 6);
   c.shape.capacity = Small(rng, 1, 6);
@@ -98,7 +98,7 @@ void Draw(FinalizeConfig& c, std::mt19937_64& rng) {
   if (c.shape.tokens == 0 && !c.scales) c.bias = c.expert_idx_without_bias = false;  // K unknowable: (0, K)
 }
 
-void Draw(PermuteConfig& c, std::mt19937_64& rng) {
+void Draw(TokenPermuteWithRoutingMapConfig& c, std::mt19937_64& rng) {
   c.drop_and_pad = Chance(rng, 50);
   c.shape.topk = Small(rng, 0, c.shape.experts);        // dropless: K routed per row
   c.shape.capacity = Small(rng, 0, c.shape.tokens);     // numOutTokens <= T*E
@@ -135,10 +135,10 @@ CheckOp Op() {
 
 const std::vector<CheckOp>& CheckOps() {
   static const std::vector<CheckOp> ops = {
-      Op<FinalizeGradConfig>(),
-      Op<PermuteGradConfig>(),
-      Op<FinalizeConfig>(),
-      Op<PermuteConfig>(),
+      Op<FinalizeRoutingV2GradConfig>(),
+      Op<TokenPermuteWithRoutingMapGradConfig>(),
+      Op<FinalizeRoutingV2Config>(),
+      Op<TokenPermuteWithRoutingMapConfig>(),
   };
   return ops;
 }

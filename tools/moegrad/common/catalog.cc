@@ -11,15 +11,15 @@ namespace {
 enum Inputs : unsigned { kScales = 1, kBias = 2, kProbs = 4 };
 
 // The makers: a row's mode (dropPadMode of the finalize operators, dropAndPad 0/1 of the permute operators)
-// and optional inputs set on its operator's config. FinalizeGradConfig and FinalizeConfig share one.
+// and optional inputs set on its operator's config. FinalizeRoutingV2GradConfig and FinalizeRoutingV2Config share one.
 template <typename FinalizeOrGradConfig>
 void Set(FinalizeOrGradConfig& c, int64_t mode, unsigned in) {
   c.mode = mode;
   c.scales = in & kScales;
   c.bias = in & kBias;
 }
-void Set(PermuteGradConfig& c, int64_t mode, unsigned in) { c.drop_and_pad = mode != 0; c.probs = in & kProbs; }
-void Set(PermuteConfig& c, int64_t mode, unsigned in) { c.drop_and_pad = mode != 0; c.probs = in & kProbs; }
+void Set(TokenPermuteWithRoutingMapGradConfig& c, int64_t mode, unsigned in) { c.drop_and_pad = mode != 0; c.probs = in & kProbs; }
+void Set(TokenPermuteWithRoutingMapConfig& c, int64_t mode, unsigned in) { c.drop_and_pad = mode != 0; c.probs = in & kProbs; }
 
 // A row of the operator of Config::Args; everything else at the config's defaults (routed index data, every
 // tensor contiguous).
@@ -42,15 +42,15 @@ const std::vector<BenchRow>& BenchRows() {
   // Routing as training produces it (random top-k, MoeInitRouting / permute-forward indices), every tensor
   // contiguous, the optional inputs a model uses.
   static const std::vector<BenchRow> rows = {
-      Row<FinalizeGradConfig>("dropless scales+bias", 0, kScales | kBias),
-      Row<FinalizeGradConfig>("drop-pad scales", 1, kScales),
-      Row<PermuteGradConfig>("dropless probs", 0, kProbs),
-      Row<PermuteGradConfig>("drop-pad probs", 1, kProbs),
+      Row<FinalizeRoutingV2GradConfig>("dropless scales+bias", 0, kScales | kBias),
+      Row<FinalizeRoutingV2GradConfig>("drop-pad scales", 1, kScales),
+      Row<TokenPermuteWithRoutingMapGradConfig>("dropless probs", 0, kProbs),
+      Row<TokenPermuteWithRoutingMapGradConfig>("drop-pad probs", 1, kProbs),
       // The forward operators, for scale: their gradients above move the same bytes the other way.
-      Row<FinalizeConfig>("mode2 dropless scales+bias", 2, kScales | kBias),
-      Row<FinalizeConfig>("mode3 drop-pad scales", 3, kScales),
-      Row<PermuteConfig>("dropless probs", 0, kProbs),
-      Row<PermuteConfig>("drop-pad probs", 1, kProbs),
+      Row<FinalizeRoutingV2Config>("mode2 dropless scales+bias", 2, kScales | kBias),
+      Row<FinalizeRoutingV2Config>("mode3 drop-pad scales", 3, kScales),
+      Row<TokenPermuteWithRoutingMapConfig>("dropless probs", 0, kProbs),
+      Row<TokenPermuteWithRoutingMapConfig>("drop-pad probs", 1, kProbs),
   };
   return rows;
 }

@@ -109,22 +109,18 @@ class Problem {
   std::vector<OutputPair> outputs_;
 };
 
-// The C++ API functions of one operator and its scalar reference.
+// The scalar reference of one operator.
 template <typename Args>
-struct OpCalls {
-  Status (*plan)(const Args&, moegrad::Plan*);
-  Status (*call)(const Args&);
-  void (*reference)(const Args&);
-};
+using ReferenceFn = void (*)(const Args&);
 
 // What the problems of every operator share: the config (a ProblemConfig with Args and drop_pad()), the
-// operator's name (OpInfo), the shape string, and phase one, the one-call form and the reference, each
+// operator's name and its C++ API functions (OpInfo), the shape string, and the reference, each
 // called on CallArgs.
 template <typename Config>
 class OpProblem : public Problem {
  public:
   using Args = typename Config::Args;
-  OpProblem(const Config& c, OpCalls<Args> calls) : c_(c), calls_(calls) {}
+  OpProblem(const Config& c, ReferenceFn<Args> reference) : c_(c), reference_(reference) {}
 
   const char* op_name() const override { return OpInfo<Args>::kName; }
   std::string shape_name() const override {
@@ -132,11 +128,11 @@ class OpProblem : public Problem {
     return ShapeString(s.tokens, s.hidden, s.experts, s.topk, c_.drop_pad() ? s.capacity : 0);
   }
   DType dtype() const override { return c_.dtype; }
-  Status Plan(moegrad::Plan* plan) const override { return calls_.plan(CallArgs(false), plan); }
-  Status Call() const override { return calls_.call(CallArgs(false)); }
+  Status Plan(moegrad::Plan* plan) const override { return OpInfo<Args>::kPlan(CallArgs(false), plan); }
+  Status Call() const override { return OpInfo<Args>::kRun(CallArgs(false)); }
   void RunReference() override {
     PrepareExpected();
-    calls_.reference(CallArgs(true));
+    reference_(CallArgs(true));
   }
 
  protected:
@@ -147,7 +143,7 @@ class OpProblem : public Problem {
   const Config c_;
 
  private:
-  OpCalls<Args> calls_;
+  ReferenceFn<Args> reference_;
 };
 
 // Number of distinct values in [lo, hi) among an index tensor's elements (rows some pair reads).

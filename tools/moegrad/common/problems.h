@@ -23,7 +23,7 @@ struct ProblemConfig {
 // expandedRowIdx (R*K int32), with scales the expandedX rows some pair reads (kept*H), scales (R*K), with
 // bias expertIdx (R*K int32) and bias (E*H); write gradExpandedX (all rows*H) and, with scales, gradScales
 // (R*K).
-struct FinalizeGradConfig : ProblemConfig {
+struct FinalizeRoutingV2GradConfig : ProblemConfig {
   using Args = FinalizeRoutingV2GradArgs;
   int64_t mode = 0;              // dropPadMode 0 (dropless) or 1 (drop/pad)
   int64_t active_num = 0;        // mode 0: rows of expandedX when 0 < activeNum < R*K
@@ -33,13 +33,13 @@ struct FinalizeGradConfig : ProblemConfig {
   bool grad_scales_without_scales = false;  // given but must stay untouched
   bool drop_pad() const { return mode == 1; }
 };
-std::unique_ptr<Problem> MakeProblem(const FinalizeGradConfig& c);
+std::unique_ptr<Problem> MakeProblem(const FinalizeRoutingV2GradConfig& c);
 
 // MoeTokenPermuteWithRoutingMapGrad: tokens T, hidden H, experts E, topk K (dropless), capacity C
 // (drop-and-pad); N = T*K (dropless) or E*C (drop-and-pad). Minimum bytes: read the permutedTokenOutputGrad
 // rows some index names (distinct*H), sortedIndices (N int32), with probs permutedProbsOutputGrad (N) and,
 // dropless, routingMap (T*E bytes); write tokensGrad (T*H) and, with probs, probsGrad (T*E).
-struct PermuteGradConfig : ProblemConfig {
+struct TokenPermuteWithRoutingMapGradConfig : ProblemConfig {
   using Args = TokenPermuteWithRoutingMapGradArgs;
   bool drop_and_pad = false;
   bool probs = true;
@@ -48,12 +48,12 @@ struct PermuteGradConfig : ProblemConfig {
   DType map_dtype = DType::kInt8;  // INT8 or BOOL
   bool drop_pad() const { return drop_and_pad; }
 };
-std::unique_ptr<Problem> MakeProblem(const PermuteGradConfig& c);
+std::unique_ptr<Problem> MakeProblem(const TokenPermuteWithRoutingMapGradConfig& c);
 
 // MoeFinalizeRoutingV2 (forward combine): R = shape.tokens; C = shape.capacity in modes 1 and 3. Minimum
 // bytes: read the expandedX rows some pair names (distinct*H), expandedRowIdx (R*K int32), x1 and x2 (R*H
 // each, when given), scales (R*K), with bias expertIdx (R*K int32) and bias (E*H); write out (R*H).
-struct FinalizeConfig : ProblemConfig {
+struct FinalizeRoutingV2Config : ProblemConfig {
   using Args = FinalizeRoutingV2Args;
   int64_t mode = 2;              // dropPadMode 0..3: 0/2 dropless, 1/3 drop-pad; 0/1 expert-major pairs
   bool x1 = false, x2 = false;
@@ -62,14 +62,14 @@ struct FinalizeConfig : ProblemConfig {
   bool expert_idx_without_bias = false;  // given, shape-checked, unused
   bool drop_pad() const { return mode == 1 || mode == 3; }
 };
-std::unique_ptr<Problem> MakeProblem(const FinalizeConfig& c);
+std::unique_ptr<Problem> MakeProblem(const FinalizeRoutingV2Config& c);
 
 // MoeTokenPermuteWithRoutingMap (forward dispatch): tokens T, hidden H, experts E, topk K (dropless),
 // capacity C <= T (drop-and-pad); N = T*K (dropless) or E*C (drop-and-pad). Random index data: INT8 map
 // entries any non-zero value, drop-and-pad maps any count per row. Minimum bytes: read the token rows some
 // output row copies (distinct*H), routingMap (T*E bytes), with probs the N selected probabilities; write
 // permuteTokens (N*H), sortedIndices (N int32) and, with probs, permuteProbs (N).
-struct PermuteConfig : ProblemConfig {
+struct TokenPermuteWithRoutingMapConfig : ProblemConfig {
   using Args = TokenPermuteWithRoutingMapArgs;
   bool drop_and_pad = false;
   bool probs = true;
@@ -77,6 +77,6 @@ struct PermuteConfig : ProblemConfig {
   DType map_dtype = DType::kInt8;  // INT8 or BOOL
   bool drop_pad() const { return drop_and_pad; }
 };
-std::unique_ptr<Problem> MakeProblem(const PermuteConfig& c);
+std::unique_ptr<Problem> MakeProblem(const TokenPermuteWithRoutingMapConfig& c);
 
 }  // namespace moegrad::tool

@@ -7,10 +7,10 @@
 namespace moegrad::tool {
 namespace {
 
-class FinalizeProblem final : public OpProblem<FinalizeConfig> {
+class FinalizeRoutingV2Problem final : public OpProblem<FinalizeRoutingV2Config> {
  public:
-  explicit FinalizeProblem(const FinalizeConfig& c)
-      : OpProblem(c, {PlanFinalizeRoutingV2, FinalizeRoutingV2, ref::FinalizeRoutingV2}) {
+  explicit FinalizeRoutingV2Problem(const FinalizeRoutingV2Config& c)
+      : OpProblem(c, ref::FinalizeRoutingV2) {
     const int64_t R = c.shape.tokens, H = c.shape.hidden, E = c.shape.experts, K = c.shape.topk;
     const int64_t C = c.shape.capacity;
     const int64_t pairs = R * K;
@@ -90,6 +90,6 @@ class FinalizeProblem final : public OpProblem<FinalizeConfig> {
 
 }  // namespace
 
-std::unique_ptr<Problem> MakeProblem(const FinalizeConfig& c) { return std::make_unique<FinalizeProblem>(c); }
+std::unique_ptr<Problem> MakeProblem(const FinalizeRoutingV2Config& c) { return std::make_unique<FinalizeRoutingV2Problem>(c); }
 
 }  // namespace moegrad::tool

@@ -9,11 +9,10 @@
 namespace moegrad::tool {
 namespace {
 
-class PermuteGradProblem final : public OpProblem<PermuteGradConfig> {
+class TokenPermuteWithRoutingMapGradProblem final : public OpProblem<TokenPermuteWithRoutingMapGradConfig> {
  public:
-  explicit PermuteGradProblem(const PermuteGradConfig& c)
-      : OpProblem(c, {PlanTokenPermuteWithRoutingMapGrad, TokenPermuteWithRoutingMapGrad,
-                      ref::TokenPermuteWithRoutingMapGrad}) {
+  explicit TokenPermuteWithRoutingMapGradProblem(const TokenPermuteWithRoutingMapGradConfig& c)
+      : OpProblem(c, ref::TokenPermuteWithRoutingMapGrad) {
     const int64_t T = c.shape.tokens, H = c.shape.hidden, E = c.shape.experts, K = c.shape.topk;
     n_ = c.drop_and_pad ? E * c.shape.capacity : T * K;
     has_map_ = (c.probs && !c.drop_and_pad) || c.routing_map;
@@ -116,6 +115,6 @@ class PermuteGradProblem final : public OpProblem<PermuteGradConfig> {
 
 }  // namespace
 
-std::unique_ptr<Problem> MakeProblem(const PermuteGradConfig& c) { return std::make_unique<PermuteGradProblem>(c); }
+std::unique_ptr<Problem> MakeProblem(const TokenPermuteWithRoutingMapGradConfig& c) { return std::make_unique<TokenPermuteWithRoutingMapGradProblem>(c); }
 
 }  // namespace moegrad::tool

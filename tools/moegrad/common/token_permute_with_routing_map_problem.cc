@@ -8,10 +8,10 @@
 namespace moegrad::tool {
 namespace {
 
-class PermuteProblem final : public OpProblem<PermuteConfig> {
+class TokenPermuteWithRoutingMapProblem final : public OpProblem<TokenPermuteWithRoutingMapConfig> {
  public:
-  explicit PermuteProblem(const PermuteConfig& c)
-      : OpProblem(c, {PlanTokenPermuteWithRoutingMap, TokenPermuteWithRoutingMap, ref::TokenPermuteWithRoutingMap}) {
+  explicit TokenPermuteWithRoutingMapProblem(const TokenPermuteWithRoutingMapConfig& c)
+      : OpProblem(c, ref::TokenPermuteWithRoutingMap) {
     const int64_t T = c.shape.tokens, H = c.shape.hidden, E = c.shape.experts, K = c.shape.topk;
     n_ = c.drop_and_pad ? E * c.shape.capacity : T * K;
     std::mt19937_64 rng(c.seed);
@@ -99,6 +99,6 @@ class PermuteProblem final : public OpProblem<PermuteConfig> {
 
 }  // namespace
 
-std::unique_ptr<Problem> MakeProblem(const PermuteConfig& c) { return std::make_unique<PermuteProblem>(c); }
+std::unique_ptr<Problem> MakeProblem(const TokenPermuteWithRoutingMapConfig& c) { return std::make_unique<TokenPermuteWithRoutingMapProblem>(c); }
 
 }  // namespace moegrad::tool

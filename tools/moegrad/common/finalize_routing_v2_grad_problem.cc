@@ -8,10 +8,10 @@
 namespace moegrad::tool {
 namespace {
 
-class FinalizeGradProblem final : public OpProblem<FinalizeGradConfig> {
+class FinalizeRoutingV2GradProblem final : public OpProblem<FinalizeRoutingV2GradConfig> {
  public:
-  explicit FinalizeGradProblem(const FinalizeGradConfig& c)
-      : OpProblem(c, {PlanFinalizeRoutingV2Grad, FinalizeRoutingV2Grad, ref::FinalizeRoutingV2Grad}) {
+  explicit FinalizeRoutingV2GradProblem(const FinalizeRoutingV2GradConfig& c)
+      : OpProblem(c, ref::FinalizeRoutingV2Grad) {
     const int64_t R = c.shape.tokens, H = c.shape.hidden, E = c.shape.experts, K = c.shape.topk;
     const int64_t C = c.shape.capacity;
     const int64_t pairs = R * K;
@@ -127,6 +127,6 @@ class FinalizeGradProblem final : public OpProblem<FinalizeGradConfig> {
 
 }  // namespace
 
-std::unique_ptr<Problem> MakeProblem(const FinalizeGradConfig& c) { return std::make_unique<FinalizeGradProblem>(c); }
+std::unique_ptr<Problem> MakeProblem(const FinalizeRoutingV2GradConfig& c) { return std::make_unique<FinalizeRoutingV2GradProblem>(c); }
 
 }  // namespace moegrad::tool
