@@ -11,15 +11,22 @@ namespace {
 enum Inputs : unsigned { kScales = 1, kBias = 2, kProbs = 4 };
 
 // The makers: a row's mode (dropPadMode of the finalize operators, dropAndPad 0/1 of the permute operators)
-// and optional inputs set on its operator's config. FinalizeRoutingV2GradConfig and FinalizeRoutingV2Config share one.
+// and optional inputs set on its operator's config. FinalizeRoutingV2GradConfig and FinalizeRoutingV2Config
+// share one.
 template <typename FinalizeOrGradConfig>
 void Set(FinalizeOrGradConfig& c, int64_t mode, unsigned in) {
   c.mode = mode;
   c.scales = in & kScales;
   c.bias = in & kBias;
 }
-void Set(TokenPermuteWithRoutingMapGradConfig& c, int64_t mode, unsigned in) { c.drop_and_pad = mode != 0; c.probs = in & kProbs; }
-void Set(TokenPermuteWithRoutingMapConfig& c, int64_t mode, unsigned in) { c.drop_and_pad = mode != 0; c.probs = in & kProbs; }
+void Set(TokenPermuteWithRoutingMapGradConfig& c, int64_t mode, unsigned in) {
+  c.drop_and_pad = mode != 0;
+  c.probs = in & kProbs;
+}
+void Set(TokenPermuteWithRoutingMapConfig& c, int64_t mode, unsigned in) {
+  c.drop_and_pad = mode != 0;
+  c.probs = in & kProbs;
+}
 
 // A row of the operator of Config::Args; everything else at the config's defaults (routed index data, every
 // tensor contiguous).

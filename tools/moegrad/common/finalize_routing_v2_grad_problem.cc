@@ -127,6 +127,8 @@ class FinalizeRoutingV2GradProblem final : public OpProblem<FinalizeRoutingV2Gra
 
 }  // namespace
 
-std::unique_ptr<Problem> MakeProblem(const FinalizeRoutingV2GradConfig& c) { return std::make_unique<FinalizeRoutingV2GradProblem>(c); }
+std::unique_ptr<Problem> MakeProblem(const FinalizeRoutingV2GradConfig& c) {
+  return std::make_unique<FinalizeRoutingV2GradProblem>(c);
+}
 
 }  // namespace moegrad::tool

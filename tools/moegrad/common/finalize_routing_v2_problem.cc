@@ -90,6 +90,8 @@ class FinalizeRoutingV2Problem final : public OpProblem<FinalizeRoutingV2Config>
 
 }  // namespace
 
-std::unique_ptr<Problem> MakeProblem(const FinalizeRoutingV2Config& c) { return std::make_unique<FinalizeRoutingV2Problem>(c); }
+std::unique_ptr<Problem> MakeProblem(const FinalizeRoutingV2Config& c) {
+  return std::make_unique<FinalizeRoutingV2Problem>(c);
+}
 
 }  // namespace moegrad::tool

@@ -115,6 +115,8 @@ class TokenPermuteWithRoutingMapGradProblem final : public OpProblem<TokenPermut
 
 }  // namespace
 
-std::unique_ptr<Problem> MakeProblem(const TokenPermuteWithRoutingMapGradConfig& c) { return std::make_unique<TokenPermuteWithRoutingMapGradProblem>(c); }
+std::unique_ptr<Problem> MakeProblem(const TokenPermuteWithRoutingMapGradConfig& c) {
+  return std::make_unique<TokenPermuteWithRoutingMapGradProblem>(c);
+}
 
 }  // namespace moegrad::tool

@@ -99,6 +99,8 @@ class TokenPermuteWithRoutingMapProblem final : public OpProblem<TokenPermuteWit
 
 }  // namespace
 
-std::unique_ptr<Problem> MakeProblem(const TokenPermuteWithRoutingMapConfig& c) { return std::make_unique<TokenPermuteWithRoutingMapProblem>(c); }
+std::unique_ptr<Problem> MakeProblem(const TokenPermuteWithRoutingMapConfig& c) {
+  return std::make_unique<TokenPermuteWithRoutingMapProblem>(c);
+}
 
 }  // namespace moegrad::tool
