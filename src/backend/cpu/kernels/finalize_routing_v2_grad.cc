@@ -5,7 +5,9 @@
 #include "hwy/highway.h"
 #include "src/backend/cpu/parallel.h"
 #include "src/backend/cpu/kernels/finalize_routing_v2_grad.h"
-#include "src/backend/cpu/kernels/row_ops_fused-inl.h"
+#include "src/backend/cpu/kernels/row_ops-inl.h"
+#include "src/backend/cpu/kernels/row_ops_scale_dot-inl.h"
+#include "src/backend/cpu/kernels/row_ops_stream-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {

@@ -5,7 +5,9 @@
 #include "hwy/highway.h"
 #include "src/backend/cpu/parallel.h"
 #include "src/backend/cpu/kernels/routing_map-inl.h"
-#include "src/backend/cpu/kernels/row_ops_fused-inl.h"
+#include "src/backend/cpu/kernels/row_ops-inl.h"
+#include "src/backend/cpu/kernels/row_ops_gather_sum-inl.h"
+#include "src/backend/cpu/kernels/row_ops_stream-inl.h"
 #include "src/backend/cpu/kernels/token_permute_with_routing_map_grad.h"
 
 HWY_BEFORE_NAMESPACE();
