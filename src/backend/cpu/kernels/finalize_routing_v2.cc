@@ -139,7 +139,7 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
 }
 
 template <typename T>
-void FinalizeTyped(const FinalizeRoutingV2Task& p) {
+void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
   const int64_t R = p.tokens;
   const int64_t K = p.topk;
   const int64_t H = p.hidden;
@@ -234,7 +234,7 @@ void FinalizeTyped(const FinalizeRoutingV2Task& p) {
 }
 
 void FinalizeRoutingV2Impl(const FinalizeRoutingV2Task& p) {
-  WithFloatType(p.dtype, [&](auto zero) { FinalizeTyped<decltype(zero)>(p); });
+  WithFloatType(p.dtype, [&](auto zero) { FinalizeRoutingV2Typed<decltype(zero)>(p); });
 }
 
 }  // namespace moegrad::kernels::HWY_NAMESPACE

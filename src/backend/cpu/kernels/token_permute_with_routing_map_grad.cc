@@ -56,7 +56,7 @@ void GatherSums(const TokenPermuteWithRoutingMapGradTask& p, int64_t begin, int6
 }
 
 template <typename T>
-void DroplessTyped(const TokenPermuteWithRoutingMapGradTask& p) {
+void TokenPermuteWithRoutingMapGradDroplessTyped(const TokenPermuteWithRoutingMapGradTask& p) {
   const int64_t K = p.topk;
   const int64_t H = p.hidden;
   // tokensGrad[t] = sum_k grad[sortedIndices[t*K + k]], split over token rows (all of equal cost).
@@ -104,7 +104,7 @@ void DroplessTyped(const TokenPermuteWithRoutingMapGradTask& p) {
 }
 
 template <typename T>
-void DropPadTyped(const TokenPermuteWithRoutingMapGradTask& p) {
+void TokenPermuteWithRoutingMapGradDropPadTyped(const TokenPermuteWithRoutingMapGradTask& p) {
   const int64_t H = p.hidden;
   const int64_t C = p.capacity;
   const bool has_probs = p.probs_grad.data != nullptr;
@@ -145,8 +145,8 @@ void DropPadTyped(const TokenPermuteWithRoutingMapGradTask& p) {
 void TokenPermuteWithRoutingMapGradImpl(const TokenPermuteWithRoutingMapGradTask& p) {
   WithFloatType(p.dtype, [&](auto zero) {
     using T = decltype(zero);
-    if (p.drop_and_pad) DropPadTyped<T>(p);
-    else DroplessTyped<T>(p);
+    if (p.drop_and_pad) TokenPermuteWithRoutingMapGradDropPadTyped<T>(p);
+    else TokenPermuteWithRoutingMapGradDroplessTyped<T>(p);
   });
 }
 
