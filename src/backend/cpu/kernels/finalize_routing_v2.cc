@@ -5,7 +5,9 @@
 #include "hwy/highway.h"
 #include "src/backend/cpu/parallel.h"
 #include "src/backend/cpu/kernels/finalize_routing_v2.h"
-#include "src/backend/cpu/kernels/row_ops_fused-inl.h"
+#include "src/backend/cpu/kernels/row_ops-inl.h"
+#include "src/backend/cpu/kernels/row_ops_pair-inl.h"
+#include "src/backend/cpu/kernels/row_ops_stream-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
@@ -137,7 +139,7 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
 }
 
 template <typename T>
-void FinalizeTyped(const FinalizeRoutingV2Task& p) {
+void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
   const int64_t R = p.tokens;
   const int64_t K = p.topk;
   const int64_t H = p.hidden;
@@ -232,7 +234,7 @@ void FinalizeTyped(const FinalizeRoutingV2Task& p) {
 }
 
 void FinalizeRoutingV2Impl(const FinalizeRoutingV2Task& p) {
-  WithFloatType(p.dtype, [&](auto zero) { FinalizeTyped<decltype(zero)>(p); });
+  WithFloatType(p.dtype, [&](auto zero) { FinalizeRoutingV2Typed<decltype(zero)>(p); });
 }
 
 }  // namespace moegrad::kernels::HWY_NAMESPACE

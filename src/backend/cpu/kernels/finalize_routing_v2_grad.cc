@@ -5,13 +5,15 @@
 #include "hwy/highway.h"
 #include "src/backend/cpu/parallel.h"
 #include "src/backend/cpu/kernels/finalize_routing_v2_grad.h"
-#include "src/backend/cpu/kernels/row_ops_fused-inl.h"
+#include "src/backend/cpu/kernels/row_ops-inl.h"
+#include "src/backend/cpu/kernels/row_ops_scale_dot-inl.h"
+#include "src/backend/cpu/kernels/row_ops_stream-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
 
 template <typename T>
-void FinalizeGradTyped(const FinalizeRoutingV2GradTask& p) {
+void FinalizeRoutingV2GradTyped(const FinalizeRoutingV2GradTask& p) {
   const int64_t H = p.hidden;
   const int64_t K = p.topk;
   const bool has_scales = p.scales.data != nullptr;
@@ -55,7 +57,8 @@ void FinalizeGradTyped(const FinalizeRoutingV2GradTask& p) {
 // gradY[r] is read once for all of them and each pair's expandedX row once, for both its gradExpandedX row
 // and its gradScales dot. Same arithmetic as the CSR path.
 template <typename T>
-void FinalizeTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t r_begin, int64_t r_end, bool stream) {
+void FinalizeRoutingV2GradTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t r_begin, int64_t r_end,
+                                     bool stream) {
   const int64_t H = p.hidden;
   const int64_t K = p.topk;
   const bool has_scales = p.scales.data != nullptr;
@@ -123,7 +126,7 @@ void FinalizeTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t r_begin, int
 // pairs and each pair's expandedX row once, for both its gradExpandedX row and its gradScales dot; rows nobody
 // writes are zeroed by the same threads. Same arithmetic as the CSR path.
 template <typename T>
-void FinalizeGradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
+void FinalizeRoutingV2GradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
   const int64_t H = p.hidden;
   const int64_t K = p.topk;
   const bool has_scales = p.scales.data != nullptr;
@@ -138,7 +141,7 @@ void FinalizeGradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
     int64_t r_begin, r_end;
     internal::BalanceByCost(p.tokens, parts, part, [&](int64_t r) { return p.token_cost[r]; }, &r_begin, &r_end);
     if (unit) {
-      FinalizeTokensUnit<T>(p, r_begin, r_end, stream);
+      FinalizeRoutingV2GradTokensUnit<T>(p, r_begin, r_end, stream);
     } else {
       for (int64_t i = r_begin * K; i < r_end * K; ++i) {
         const T* g = p.grad_y.Row<const T>(i / K);
@@ -172,8 +175,8 @@ void FinalizeGradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
 void FinalizeRoutingV2GradImpl(const FinalizeRoutingV2GradTask& p) {
   WithFloatType(p.dtype, [&](auto zero) {
     using T = decltype(zero);
-    if (p.one_writer) FinalizeGradOneWriterTyped<T>(p);
-    else FinalizeGradTyped<T>(p);
+    if (p.one_writer) FinalizeRoutingV2GradOneWriterTyped<T>(p);
+    else FinalizeRoutingV2GradTyped<T>(p);
   });
 }
 

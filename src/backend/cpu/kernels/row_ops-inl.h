@@ -50,6 +50,22 @@ HWY_INLINE hwy::float16_t FromF32<hwy::float16_t>(float v) {
 }
 
 // --- vector load / store with widening and round-to-nearest-even narrowing --------------------------------
+#undef MOEGRAD_ROW_OPS_F16C  // per target
+#if HWY_ARCH_X86 && HWY_TARGET < HWY_SSE4 && !defined(HWY_DISABLE_F16C)
+#define MOEGRAD_ROW_OPS_F16C 1
+#else
+#define MOEGRAD_ROW_OPS_F16C 0
+#endif
+// Whether Highway 1.0.3 converts fp16 to fp32 with an instruction (F16C; NEON and SVE with fp16 support)
+// rather than emulating the conversion.
+#undef MOEGRAD_ROW_OPS_F16_NATIVE  // per target
+#if MOEGRAD_ROW_OPS_F16C || (HWY_ARCH_ARM && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 && \
+                             defined(__ARM_FP) && (__ARM_FP & 2))
+#define MOEGRAD_ROW_OPS_F16_NATIVE 1
+#else
+#define MOEGRAD_ROW_OPS_F16_NATIVE 0
+#endif
+
 HWY_INLINE VF LoadF32(DF d, const float* p) { return hn::LoadU(d, p); }
 HWY_INLINE VF LoadF32(DF d, const hwy::bfloat16_t* p) {
   const hn::RebindToUnsigned<DF> du32;
@@ -59,7 +75,23 @@ HWY_INLINE VF LoadF32(DF d, const hwy::bfloat16_t* p) {
 }
 HWY_INLINE VF LoadF32(DF d, const hwy::float16_t* p) {
   const hn::Rebind<hwy::float16_t, DF> dh;
+#if MOEGRAD_ROW_OPS_F16_NATIVE
   return hn::PromoteTo(d, hn::LoadU(dh, p));
+#else
+  // Highway 1.0.3's emulated conversion is exact for finite values but treats the all-ones exponent as a
+  // finite one (infinity becomes 65536, a NaN 65600 to 131008): those lanes are rebuilt as F32FromF16Bits
+  // does, from the sign, the all-ones exponent and the mantissa shifted up, a NaN made quiet.
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Rebind<uint16_t, DF> du16;
+  const auto h = hn::PromoteTo(du, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p)));
+  const auto mant = hn::ShiftLeft<13>(hn::And(h, hn::Set(du, 0x3ffu)));
+  const auto quiet = hn::IfThenElseZero(hn::Ne(mant, hn::Zero(du)), hn::Set(du, 0x00400000u));
+  const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)));
+  const auto special = hn::Or(hn::Or(sign, hn::Set(du, 0x7f800000u)), hn::Or(mant, quiet));
+  const auto is_special = hn::Eq(hn::And(h, hn::Set(du, 0x7c00u)), hn::Set(du, 0x7c00u));
+  const auto promoted = hn::BitCast(du, hn::PromoteTo(d, hn::LoadU(dh, p)));
+  return hn::BitCast(d, hn::IfThenElse(is_special, special, promoted));
+#endif
 }
 
 HWY_INLINE void StoreF32(DF d, VF v, float* p) { hn::StoreU(v, d, p); }
@@ -82,12 +114,6 @@ HWY_INLINE void StoreF32(DF /*d*/, VF v, hwy::bfloat16_t* p) {
   const hn::Rebind<uint16_t, DF> du16;
   hn::StoreU(BF16BitsRNE(v), du16, reinterpret_cast<uint16_t*>(p));
 }
-#undef MOEGRAD_ROW_OPS_F16C  // per target
-#if HWY_ARCH_X86 && HWY_TARGET < HWY_SSE4 && !defined(HWY_DISABLE_F16C)
-#define MOEGRAD_ROW_OPS_F16C 1
-#else
-#define MOEGRAD_ROW_OPS_F16C 0
-#endif
 HWY_INLINE void StoreF32(DF d, VF v, hwy::float16_t* p) {
 #if MOEGRAD_ROW_OPS_F16C
   // AVX2 and up convert with F16C (vcvtps2ph), which rounds to nearest even.

@@ -73,7 +73,8 @@ void StreamCopyToMany(const char* src, const char* next, char* const* dsts, int6
 
 // Elements are moved as unsigned integers of their width: the one dtype switch of this operator.
 template <typename T>
-void RowsTyped(const TokenPermuteWithRoutingMapTask& p, const TokenPermuteWithRoutingMapScratch& s) {
+void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p,
+                                         const TokenPermuteWithRoutingMapScratch& s) {
   const int64_t H = p.hidden;
   const int64_t E = p.experts;
   const int64_t K = p.topk;
@@ -150,8 +151,8 @@ void RowsTyped(const TokenPermuteWithRoutingMapTask& p, const TokenPermuteWithRo
 }  // namespace
 
 void PermuteRows(const TokenPermuteWithRoutingMapTask& p, const TokenPermuteWithRoutingMapScratch& s) {
-  if (p.element_bytes == 2) return RowsTyped<uint16_t>(p, s);
-  return RowsTyped<uint32_t>(p, s);
+  if (p.element_bytes == 2) return TokenPermuteWithRoutingMapRowsTyped<uint16_t>(p, s);
+  return TokenPermuteWithRoutingMapRowsTyped<uint32_t>(p, s);
 }
 
 }  // namespace moegrad::kernels

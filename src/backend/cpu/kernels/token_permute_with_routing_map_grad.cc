@@ -5,7 +5,9 @@
 #include "hwy/highway.h"
 #include "src/backend/cpu/parallel.h"
 #include "src/backend/cpu/kernels/routing_map-inl.h"
-#include "src/backend/cpu/kernels/row_ops_fused-inl.h"
+#include "src/backend/cpu/kernels/row_ops-inl.h"
+#include "src/backend/cpu/kernels/row_ops_gather_sum-inl.h"
+#include "src/backend/cpu/kernels/row_ops_stream-inl.h"
 #include "src/backend/cpu/kernels/token_permute_with_routing_map_grad.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -54,7 +56,7 @@ void GatherSums(const TokenPermuteWithRoutingMapGradTask& p, int64_t begin, int6
 }
 
 template <typename T>
-void DroplessTyped(const TokenPermuteWithRoutingMapGradTask& p) {
+void TokenPermuteWithRoutingMapGradDroplessTyped(const TokenPermuteWithRoutingMapGradTask& p) {
   const int64_t K = p.topk;
   const int64_t H = p.hidden;
   // tokensGrad[t] = sum_k grad[sortedIndices[t*K + k]], split over token rows (all of equal cost).
@@ -102,7 +104,7 @@ void DroplessTyped(const TokenPermuteWithRoutingMapGradTask& p) {
 }
 
 template <typename T>
-void DropPadTyped(const TokenPermuteWithRoutingMapGradTask& p) {
+void TokenPermuteWithRoutingMapGradDropPadTyped(const TokenPermuteWithRoutingMapGradTask& p) {
   const int64_t H = p.hidden;
   const int64_t C = p.capacity;
   const bool has_probs = p.probs_grad.data != nullptr;
@@ -143,8 +145,8 @@ void DropPadTyped(const TokenPermuteWithRoutingMapGradTask& p) {
 void TokenPermuteWithRoutingMapGradImpl(const TokenPermuteWithRoutingMapGradTask& p) {
   WithFloatType(p.dtype, [&](auto zero) {
     using T = decltype(zero);
-    if (p.drop_and_pad) DropPadTyped<T>(p);
-    else DroplessTyped<T>(p);
+    if (p.drop_and_pad) TokenPermuteWithRoutingMapGradDropPadTyped<T>(p);
+    else TokenPermuteWithRoutingMapGradDroplessTyped<T>(p);
   });
 }
 

@@ -1,0 +1,131 @@
+// One-pass sums of gathered unit-stride rows, compiled once per SIMD target (include after foreach_target.h):
+// dst = rne(rows[0] + ... + rows[count - 1]) with the rows given as pointers (SumRowPtrs) or, for many rows, by
+// a function (SumManyRowsUnit). They are bit-identical to SumRowsOf of row_ops-inl.h with every scale 1 (the
+// same additions, left to right from the first row), which they replace on unit-stride rows, and read several
+// rows side by side, prefetched, with streaming stores for large outputs.
+
+// Per-target include guard (Highway's toggle idiom).
+#if defined(MOEGRAD_KERNELS_ROW_OPS_GATHER_SUM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MOEGRAD_KERNELS_ROW_OPS_GATHER_SUM_INL_H_
+#undef MOEGRAD_KERNELS_ROW_OPS_GATHER_SUM_INL_H_
+#else
+#define MOEGRAD_KERNELS_ROW_OPS_GATHER_SUM_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstdint>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "src/backend/cpu/kernels/row_ops-inl.h"
+#include "src/backend/cpu/kernels/row_ops_pair-inl.h"
+#include "src/backend/cpu/kernels/row_ops_stream-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace moegrad::kernels::HWY_NAMESPACE {
+
+// How far ahead of the loads SumRowPtrsUnit prefetches each of its rows.
+constexpr int64_t kGatherPrefetchBytes = 1024;
+
+// dst = rne(rows[0] + rows[1] + ... + rows[count - 1]) for unit-stride rows, count >= 1, summed left to right:
+// SumRowsOf with every scale 1 (a multiplication by 1 is exact, and the compiler drops it there too). Two
+// vectors per step, so that each step reads whole cache lines of 16-bit rows. Each row is prefetched ahead of
+// the loads, and near its end so is the same row of the next call's next_rows[0..next_count).
+template <typename T, bool kStream>
+HWY_NOINLINE void SumRowPtrsUnit(int64_t count, const T* const* rows, int64_t next_count, const T* const* next_rows,
+                                 T* HWY_RESTRICT dst, int64_t n) {
+  const DF d;
+  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+  constexpr int64_t kAhead = kGatherPrefetchBytes / static_cast<int64_t>(sizeof(T));
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  const T* r0 = rows[0];
+  int64_t j = 0;
+  for (; j + 2 * kL <= n; j += 2 * kL) {
+    for (int64_t m = 0; m < count; ++m) {
+      const T* next = m < next_count ? next_rows[m] : nullptr;
+      for (int64_t o = 0; o < 2 * kL; o += kLine) PrefetchAhead(rows[m], next, j + kAhead + o, n);
+    }
+    VF a0, a1;
+    LoadPair(r0 + j, &a0, &a1);
+    for (int64_t m = 1; m < count; ++m) {
+      VF v0, v1;
+      LoadPair(rows[m] + j, &v0, &v1);
+      a0 = hn::Add(a0, v0);
+      a1 = hn::Add(a1, v1);
+    }
+    PutPair<kStream>(a0, a1, dst + j);
+  }
+  for (; j + kL <= n; j += kL) {
+    VF acc = LoadF32(d, r0 + j);
+    for (int64_t m = 1; m < count; ++m) acc = hn::Add(acc, LoadF32(d, rows[m] + j));
+    PutF32<kStream>(d, acc, dst + j);
+  }
+  for (; j < n; ++j) {
+    float acc = ToF32(r0[j]);
+    for (int64_t m = 1; m < count; ++m) acc += ToF32(rows[m][j]);
+    dst[j] = FromF32<T>(acc);
+  }
+}
+
+// SumRowPtrsUnit for any number of rows, `row_at(m)` giving row m: a block of columns at a time is summed in
+// an fp32 buffer, eight rows per pass over it (the next eight prefetched meanwhile), so that no row pointer is
+// looked up per vector and several rows stream at once.
+template <typename T, bool kStream, typename RowAt>
+HWY_NOINLINE void SumManyRowsUnit(int64_t count, const RowAt& row_at, T* HWY_RESTRICT dst, int64_t n) {
+  const DF d;
+  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+  constexpr int64_t kBlock = 2048;  // a multiple of every vector length: 8 KiB of fp32 sums
+  constexpr int64_t kGroup = 8;
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  HWY_ALIGN float acc[kBlock];
+  const int64_t vec_end = n / kL * kL;  // vector code below this column, element by element above, as in SumRowsOf
+  const T* group[2][kGroup];
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t j1 = std::min(n, j0 + kBlock);
+    const int64_t v1 = std::min(j1, vec_end);
+    int cur = 0;
+    for (int64_t m = 0; m < std::min(count, kGroup); ++m) group[cur][m] = row_at(m);
+    for (int64_t m0 = 0; m0 < count; m0 += kGroup) {
+      const int64_t rows = std::min(kGroup, count - m0);
+      const int64_t next_rows = std::max<int64_t>(0, std::min(kGroup, count - m0 - kGroup));
+      for (int64_t m = 0; m < next_rows; ++m) group[cur ^ 1][m] = row_at(m0 + kGroup + m);
+      const T* const* r = group[cur];
+      int64_t j = j0;
+      for (; j < v1; j += kL) {
+        if ((j - j0) % kLine == 0) {
+          for (int64_t m = 0; m < next_rows; ++m) hwy::Prefetch(group[cur ^ 1][m] + j);
+        }
+        VF v = m0 == 0 ? LoadF32(d, r[0] + j) : hn::Add(hn::Load(d, acc + (j - j0)), LoadF32(d, r[0] + j));
+        for (int64_t m = 1; m < rows; ++m) v = hn::Add(v, LoadF32(d, r[m] + j));
+        hn::Store(v, d, acc + (j - j0));
+      }
+      for (; j < j1; ++j) {
+        float v = m0 == 0 ? ToF32(r[0][j]) : acc[j - j0] + ToF32(r[0][j]);
+        for (int64_t m = 1; m < rows; ++m) v += ToF32(r[m][j]);
+        acc[j - j0] = v;
+      }
+      cur ^= 1;
+    }
+    int64_t j = j0;
+    for (; j < v1; j += kL) PutF32<kStream>(d, hn::Load(d, acc + (j - j0)), dst + j);
+    for (; j < j1; ++j) dst[j] = FromF32<T>(acc[j - j0]);
+  }
+}
+
+// SumRowsOf with every scale 1 for unit-stride rows given as pointers; streams the stores when `stream` and
+// dst is aligned for it.
+template <typename T>
+HWY_INLINE void SumRowPtrs(int64_t count, const T* const* rows, int64_t next_count, const T* const* next_rows,
+                           T* dst, bool stream, int64_t n) {
+  if (count == 0) return ZeroRowUnit(dst, n, stream);
+  if (CanStream<T>() && stream && StreamAligned(dst)) {
+    SumRowPtrsUnit<T, CanStream<T>()>(count, rows, next_count, next_rows, dst, n);
+  } else {
+    SumRowPtrsUnit<T, false>(count, rows, next_count, next_rows, dst, n);
+  }
+}
+
+}  // namespace moegrad::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // MOEGRAD_KERNELS_ROW_OPS_GATHER_SUM_INL_H_

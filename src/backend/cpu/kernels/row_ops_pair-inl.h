@@ -1,0 +1,157 @@
+// Two fp32 vectors of a unit-stride row at a time (LoadPair, PutPair, PairPartials), compiled once per SIMD
+// target (include after foreach_target.h). On most targets a pair is two LoadF32 / PutF32 calls; for 16-bit
+// rows on x86 it is raw intrinsics: bf16 loads and stores of a whole cache line per step on AVX-512, bf16
+// loads and stores and fp16 stores of half a line on AVX2, which keep the 16-bit kernels bound by memory
+// rather than by conversion instructions (docs/performance.md). They round exactly as StoreF32. They sit apart
+// from the kernels that use them because they are written with raw intrinsics for one target at a time, and
+// because AVX2's bf16 pairs hold the columns in another lane order, which PairPartials puts back before a
+// dot's partial sums are added (docs/design.md, Determinism).
+
+// Per-target include guard (Highway's toggle idiom).
+#if defined(MOEGRAD_KERNELS_ROW_OPS_PAIR_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MOEGRAD_KERNELS_ROW_OPS_PAIR_INL_H_
+#undef MOEGRAD_KERNELS_ROW_OPS_PAIR_INL_H_
+#else
+#define MOEGRAD_KERNELS_ROW_OPS_PAIR_INL_H_
+#endif
+
+#include <cstddef>
+
+#include "hwy/highway.h"
+#include "src/backend/cpu/kernels/row_ops-inl.h"
+#include "src/backend/cpu/kernels/row_ops_stream-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace moegrad::kernels::HWY_NAMESPACE {
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// bf16 rows with AVX-512BW, 32 elements (one cache line) per step: widening and narrowing are one word
+// permutation each (vpermw, vpermt2w) instead of a widening move plus a shift, or a shift plus a pack and a
+// lane permutation, which left the bf16 kernels bound by those instructions rather than by memory.
+
+// Elements [0, 16) and [16, 32) of 32 bf16 at p, as fp32.
+HWY_INLINE void LoadBF16x32(const hwy::bfloat16_t* p, __m512* lo, __m512* hi) {
+  // Word 2i + 1 of the result takes word i (lo) or 16 + i (hi) of the input; even words are zero.
+  const __m512i idx_lo = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5, 0,
+                                          4, 0, 3, 0, 2, 0, 1, 0, 0, 0);
+  const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
+  const __m512i raw = _mm512_loadu_si512(p);
+  *lo = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx_lo, raw));
+  *hi = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx_hi, raw));
+}
+
+// v rounded to bf16 as BF16BitsRNE does, the result in the upper 16 bits of each lane; four instructions
+// instead of six: u + 0x7fff, plus one where the lowest kept bit (bit 16) is set, then vfixupimmps puts back
+// a NaN, quieted (its response table answers a quiet NaN with itself, a signalling one with itself quieted,
+// and every other class with the rounded bits).
+HWY_INLINE __m512i RoundToBF16High(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
+  __m512i rounded = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
+  rounded = _mm512_mask_add_epi32(rounded, odd, rounded, _mm512_set1_epi32(1));
+  return _mm512_castps_si512(_mm512_fixupimm_ps(_mm512_castsi512_ps(rounded), v, _mm512_set1_epi32(0x21), 0));
+}
+
+// Stores rne(lo) and rne(hi) as 32 bf16 at p.
+template <bool kStream>
+HWY_INLINE void PutBF16x32(__m512 lo, __m512 hi, hwy::bfloat16_t* p) {
+  // The upper word of every lane, lo's lanes first.
+  const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                                       25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __m512i packed = _mm512_permutex2var_epi16(RoundToBF16High(lo), idx, RoundToBF16High(hi));
+  if (kStream) _mm512_stream_si512(reinterpret_cast<__m512i*>(p), packed);
+  else _mm512_storeu_si512(reinterpret_cast<void*>(p), packed);
+}
+#endif
+
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+// bf16 rows with AVX2, 16 elements (32 bytes) per pair of vectors. Interleaving the words with zeros widens
+// them in one instruction per vector (vpunpcklwd, vpunpckhwd) but works within each 128-bit half, so the
+// first vector holds elements [0, 4) and [8, 12), the second [4, 8) and [12, 16): a lane order that
+// element-wise arithmetic does not see, that the pack of the store (vpackusdw, also per half) undoes, and
+// that PairPartials undoes for the partial sums of a dot.
+HWY_INLINE void LoadBF16x16(const hwy::bfloat16_t* p, __m256* v0, __m256* v1) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i zero = _mm256_setzero_si256();
+  *v0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, raw));
+  *v1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, raw));
+}
+
+// BF16BitsRNE's bits of v in the lower 16 bits of each lane (the upper ones zero).
+HWY_INLINE __m256i RoundToBF16Low(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+  const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  return _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
+}
+
+// Stores rne(v0) and rne(v1), in LoadBF16x16's lane order, as 16 bf16 at p.
+template <bool kStream>
+HWY_INLINE void PutBF16x16(__m256 v0, __m256 v1, hwy::bfloat16_t* p) {
+  const __m256i packed = _mm256_packus_epi32(RoundToBF16Low(v0), RoundToBF16Low(v1));
+  if (kStream) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), packed);
+  else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
+}
+#endif
+
+// Two vectors of a row as fp32 (elements [0, 2 * lanes) at p), and their rounded store; for bf16 on AVX-512
+// (two vectors: one cache line) a word permutation each way, on AVX2 an interleave each way (which leaves the
+// lanes in another order, see LoadBF16x16).
+template <typename T>
+HWY_INLINE void LoadPair(const T* p, VF* v0, VF* v1) {
+  const DF d;
+  *v0 = LoadF32(d, p);
+  *v1 = LoadF32(d, p + hn::MaxLanes(d));
+}
+template <bool kStream, typename T>
+HWY_INLINE void PutPair(VF v0, VF v1, T* p) {
+  const DF d;
+  PutF32<kStream>(d, v0, p);
+  PutF32<kStream>(d, v1, p + hn::MaxLanes(d));
+}
+// The 16 partial sums of a dot whose products came from LoadPair (vector i of every pair adding into acc[i]),
+// stored in column order: partial q takes the columns congruent to q modulo 16.
+template <typename T>
+HWY_INLINE void PairPartials(const VF* acc, float* part) {
+  constexpr size_t kLanes = hn::MaxLanes(DF());
+  for (size_t q = 0; q < 16 / kLanes; ++q) hn::StoreU(acc[q], DF(), part + q * kLanes);
+}
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_INLINE void LoadPair(const hwy::bfloat16_t* p, VF* v0, VF* v1) { LoadBF16x32(p, &v0->raw, &v1->raw); }
+template <bool kStream>
+HWY_INLINE void PutPair(VF v0, VF v1, hwy::bfloat16_t* p) {
+  PutBF16x32<kStream>(v0.raw, v1.raw, p);
+}
+#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+HWY_INLINE void LoadPair(const hwy::bfloat16_t* p, VF* v0, VF* v1) { LoadBF16x16(p, &v0->raw, &v1->raw); }
+template <bool kStream>
+HWY_INLINE void PutPair(VF v0, VF v1, hwy::bfloat16_t* p) {
+  PutBF16x16<kStream>(v0.raw, v1.raw, p);
+}
+// acc[0] holds partials 0-3 and 8-11, acc[1] partials 4-7 and 12-15 (LoadBF16x16's order).
+template <>
+HWY_INLINE void PairPartials<hwy::bfloat16_t>(const VF* acc, float* part) {
+  _mm256_storeu_ps(part, _mm256_permute2f128_ps(acc[0].raw, acc[1].raw, 0x20));
+  _mm256_storeu_ps(part + 8, _mm256_permute2f128_ps(acc[0].raw, acc[1].raw, 0x31));
+}
+#if MOEGRAD_ROW_OPS_F16C
+// fp16: both halves converted (vcvtps2ph, to nearest even as StoreF32) and stored as one 32-byte vector
+// rather than two 16-byte ones (permute grad f16 +3 to +8 points of copy on AVX2; on AVX-512 the same with
+// one 64-byte vector changed nothing, so it keeps the two 32-byte stores).
+template <bool kStream>
+HWY_INLINE void PutPair(VF v0, VF v1, hwy::float16_t* p) {
+  constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m256i packed =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtps_ph(v0.raw, kRne)), _mm256_cvtps_ph(v1.raw, kRne), 1);
+  if (kStream) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), packed);
+  else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
+}
+#endif
+#endif
+
+}  // namespace moegrad::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // MOEGRAD_KERNELS_ROW_OPS_PAIR_INL_H_

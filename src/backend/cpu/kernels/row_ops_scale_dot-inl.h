@@ -1,0 +1,221 @@
+// One-pass scale-and-dot row kernels for unit-stride rows, compiled once per SIMD target (include after
+// foreach_target.h): the gradient of a weighted row, out = rne(g * s) together with the dot (x + b) . g, each
+// gradY row read once for both (ScaleRowDot), and for all the pairs of a token at once (ScaleDotToken). They
+// are bit-identical to ScaleRow + DotRow of row_ops-inl.h, which they replace on unit-stride rows: the same
+// products, the same 16 partial sums in the same order, the same fold.
+
+// Per-target include guard (Highway's toggle idiom).
+#if defined(MOEGRAD_KERNELS_ROW_OPS_SCALE_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MOEGRAD_KERNELS_ROW_OPS_SCALE_DOT_INL_H_
+#undef MOEGRAD_KERNELS_ROW_OPS_SCALE_DOT_INL_H_
+#else
+#define MOEGRAD_KERNELS_ROW_OPS_SCALE_DOT_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "src/backend/cpu/kernels/row_ops-inl.h"
+#include "src/backend/cpu/kernels/row_ops_pair-inl.h"
+#include "src/backend/cpu/kernels/row_ops_stream-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace moegrad::kernels::HWY_NAMESPACE {
+
+// The rows of one ScaleRowDot call (the columns of a pair that ScaleDotToken's steps leave over).
+template <typename T>
+struct ScaleDotRows {
+  const T* g = nullptr;
+  T* out = nullptr;
+  const T* x = nullptr;
+  const T* b = nullptr;
+};
+
+// Unit-stride rows of n elements, g read once for both results: when kOut, out[j] = rne(g[j] * s) exactly as
+// ScaleRow; returns DotRow(x, 1, b, 1, g, 1, n) when kX or kB (x or b null as there), else 0. With start > 0
+// (a multiple of 16, at most n) columns [0, start) are taken as done: out is written from start on and the dot
+// continues from the 16 partial sums start_part those columns left.
+template <typename T, bool kStream, bool kOut, bool kX, bool kB>
+HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n, int64_t start,
+                                   const float* start_part) {
+  const T* HWY_RESTRICT g = r.g;
+  const T* HWY_RESTRICT x = r.x;
+  const T* HWY_RESTRICT b = r.b;
+  T* HWY_RESTRICT out = r.out;
+  constexpr bool kDot = kX || kB;
+  constexpr int kParts = 16;
+  constexpr size_t kLanes = hn::MaxLanes(DF());
+  constexpr size_t kVecs = kParts / kLanes;
+  constexpr int64_t kL = static_cast<int64_t>(kLanes);
+  static_assert(kParts % kLanes == 0, "a vector must hold a whole number of partial sums");
+  const DF d;
+  const VF vs = hn::Set(d, s);
+  VF acc[kVecs];
+  for (size_t q = 0; q < kVecs; ++q) acc[q] = start_part ? hn::LoadU(d, start_part + q * kLanes) : hn::Zero(d);
+  const int64_t blocked = n / kParts * kParts;
+  int64_t j = start;
+  for (; j < blocked; j += kParts) {
+    for (size_t q = 0; q < kVecs; ++q) {
+      const int64_t o = j + static_cast<int64_t>(q * kLanes);
+      const VF vg = LoadF32(d, g + o);
+      // Loads before the store: out and x rows often share their address bits below 4 KiB, and a load
+      // behind a store to such an address waits for it (measured: a third slower).
+      if (kDot) {
+        VF v;
+        if (kX && kB) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
+        else v = LoadF32(d, kX ? x + o : b + o);
+        acc[q] = hn::Add(acc[q], hn::Mul(v, vg));
+      }
+      if (kOut) PutF32<kStream>(d, hn::Mul(vg, vs), out + o);
+    }
+  }
+  if (kOut) {
+    // ScaleRow stores every whole vector with vector code and only the rest element by element.
+    for (; j + kL <= n; j += kL) PutF32<kStream>(d, hn::Mul(LoadF32(d, g + j), vs), out + j);
+    for (; j < n; ++j) out[j] = FromF32<T>(ToF32(g[j]) * s);
+  }
+  if (!kDot) return 0.0f;
+  HWY_ALIGN float part[kParts];
+  for (size_t q = 0; q < kVecs; ++q) hn::Store(acc[q], d, part + q * kLanes);
+  for (j = blocked; j < n; ++j) {
+    float v;
+    if (kX && kB) v = ToF32(x[j]) + ToF32(b[j]);
+    else v = kX ? ToF32(x[j]) : ToF32(b[j]);
+    part[j % kParts] += v * ToF32(g[j]);
+  }
+  for (int w = kParts / 2; w >= 1; w /= 2) {
+    for (int l = 0; l < w; ++l) part[l] += part[l + w];
+  }
+  return part[0];
+}
+
+// ScaleRowDotUnit for any out, x, b (null when absent; x only together with out, as in the gradient of a
+// weighted row), from column `start` on with the partial sums start_part (null: from 0); the stores of out
+// stream when `stream` and out is aligned for it.
+template <typename T>
+HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int64_t n, int64_t start = 0,
+                             const float* start_part = nullptr) {
+  if (r.out == nullptr) {
+    if (r.b != nullptr) return ScaleRowDotUnit<T, false, false, false, true>(r, s, n, start, start_part);
+    return 0.0f;
+  }
+  constexpr bool kCan = CanStream<T>();
+  if (kCan && stream && StreamAligned(r.out)) {
+    if (r.x && r.b) return ScaleRowDotUnit<T, kCan, true, true, true>(r, s, n, start, start_part);
+    if (r.x) return ScaleRowDotUnit<T, kCan, true, true, false>(r, s, n, start, start_part);
+    return ScaleRowDotUnit<T, kCan, true, false, false>(r, s, n, start, start_part);
+  }
+  if (r.x && r.b) return ScaleRowDotUnit<T, false, true, true, true>(r, s, n, start, start_part);
+  if (r.x) return ScaleRowDotUnit<T, false, true, true, false>(r, s, n, start, start_part);
+  return ScaleRowDotUnit<T, false, true, false, false>(r, s, n, start, start_part);
+}
+
+// --- all pairs of a token at once --------------------------------------------------------------------------
+// One token's pairs (at most kTokenGroup) walk their rows together, kTokenStep columns (256 bytes of every
+// row) at a time: about a dozen rows stream from memory at once instead of one, which is what keeps a core's
+// memory pipeline full when the rows lie at random addresses (a row at a time leaves the hardware prefetchers
+// starting over on every 4 KiB page of every row).
+constexpr int64_t kTokenGroup = 8;
+template <typename T>
+constexpr int64_t TokenStep() {
+  return 256 / static_cast<int64_t>(sizeof(T));
+}
+// How far ahead of the loads the rows of a token are prefetched.
+constexpr int64_t kTokenPrefetchBytes = 1024;
+
+// The rows of one pair of a token: out (null when the pair writes no row), x and b (null when absent),
+// x_next the row the same slot reads in the next token (prefetched near the end), s the scale.
+template <typename T>
+struct TokenPairRows {
+  T* out = nullptr;
+  const T* x = nullptr;
+  const T* b = nullptr;
+  const T* x_next = nullptr;
+  float s = 1.0f;
+};
+
+// The gradY columns of one step as fp32 vectors, converted once for all pairs of the token.
+template <typename T>
+constexpr size_t TokenStepVecs() {
+  return static_cast<size_t>(TokenStep<T>()) / hn::MaxLanes(DF());
+}
+
+template <typename T>
+HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
+  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+  static_assert(TokenStepVecs<T>() % 2 == 0, "a step is a whole number of vector pairs");
+  for (size_t i = 0; i < TokenStepVecs<T>(); i += 2) LoadPair(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
+}
+
+// One 256-byte step of one pair, gv the step's gradY columns: the dot's 16 partial sums acc take (x + b) * g
+// column block by column block (x, b as present), then out = rne(g * s); all loads of the step come before
+// its stores (rows of different pairs often share their address bits below 4 KiB, and a load behind a store
+// to such an address waits for it). Rows move two vectors at a time (LoadPair, PutPair: whole cache lines of
+// bf16 on AVX-512).
+template <bool kStream, bool kDot, typename T>
+HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j, VF* acc) {
+  constexpr size_t kSteps = TokenStepVecs<T>();
+  constexpr size_t kVecs = 16 / hn::MaxLanes(DF());
+  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+  const DF d;
+  if (kDot && (p.x != nullptr || p.b != nullptr)) {
+    VF v[kSteps];
+    const T* first = p.x != nullptr ? p.x : p.b;
+    for (size_t i = 0; i < kSteps; i += 2) LoadPair(first + j + static_cast<int64_t>(i) * kL, &v[i], &v[i + 1]);
+    if (p.x != nullptr && p.b != nullptr) {
+      for (size_t i = 0; i < kSteps; i += 2) {
+        VF b0, b1;
+        LoadPair(p.b + j + static_cast<int64_t>(i) * kL, &b0, &b1);
+        v[i] = hn::Add(v[i], b0);
+        v[i + 1] = hn::Add(v[i + 1], b1);
+      }
+    }
+    // Vector i holds columns [i * kL, (i + 1) * kL) of the step: partial sums i % kVecs.
+    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], hn::Mul(v[i], gv[i]));
+  }
+  if (p.out != nullptr) {
+    const VF vs = hn::Set(d, p.s);
+    for (size_t i = 0; i < kSteps; i += 2) {
+      PutPair<kStream>(hn::Mul(gv[i], vs), hn::Mul(gv[i + 1], vs), p.out + j + static_cast<int64_t>(i) * kL);
+    }
+  }
+}
+
+// For the `count` (<= kTokenGroup) pairs of one token with gradY row g (unit-stride rows of n elements),
+// columns [0, end) with end a multiple of TokenStep<T>(): out = rne(g * s) for each pair with out, and with
+// kDot the 16 partial sums part[m] of pair m take (x + b) * g exactly as ScaleRowDotUnit's do (start from
+// zero), ready for ScaleRowDot to finish from `end`. g_next is the next token's gradY row (or null); both it and
+// the x_next rows are prefetched as the walk nears the end. With kStream every out is StreamAligned.
+template <typename T, bool kStream, bool kDot>
+HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const TokenPairRows<T>* pairs,
+                                int64_t count, int64_t end, int64_t n, float (*part)[16]) {
+  constexpr int64_t kStep = TokenStep<T>();
+  constexpr int64_t kAhead = kTokenPrefetchBytes / static_cast<int64_t>(sizeof(T));
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  constexpr size_t kLanes = hn::MaxLanes(DF());
+  constexpr size_t kVecs = 16 / kLanes;
+  const DF d;
+  VF acc[kTokenGroup][kVecs];
+  for (int64_t m = 0; m < count; ++m) {
+    for (size_t q = 0; q < kVecs; ++q) acc[m][q] = hn::Zero(d);
+  }
+  for (int64_t j = 0; j < end; j += kStep) {
+    for (int64_t o = j + kAhead; o < j + kAhead + kStep; o += kLine) {
+      PrefetchAhead(g, g_next, o, n);
+      for (int64_t m = 0; m < count; ++m) {
+        if (pairs[m].x != nullptr) PrefetchAhead(pairs[m].x, pairs[m].x_next, o, n);
+      }
+    }
+    VF gv[TokenStepVecs<T>()];
+    LoadTokenStep(g, j, gv);
+    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot>(gv, pairs[m], j, acc[m]);
+  }
+  if (!kDot) return;
+  for (int64_t m = 0; m < count; ++m) PairPartials<T>(acc[m], part[m]);
+}
+
+}  // namespace moegrad::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // MOEGRAD_KERNELS_ROW_OPS_SCALE_DOT_INL_H_
