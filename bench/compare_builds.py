@@ -10,7 +10,9 @@ times, is what makes a difference of a few points visible on a shared machine wh
         --preset deepseek-v3 --tokens 1024 --dtype all --op finalize-routing-v2-grad
 
 DIR_A and DIR_B are folders holding libmoegrad.so.0 (two build trees, or copies of their libraries). The
-options after `--` go to `moegrad bench` unchanged. Exit status 1 when a run fails or a row is not
+options after `--` go to `moegrad bench` unchanged. One tool runs both libraries unless `--own-tools` is given:
+then each build runs its own DIR/tools/moegrad, for two builds whose public structs differ (an ABI change).
+Rows are paired by preset, operator name, mode and dtype. Exit status 1 when a run fails or a row is not
 verified against the scalar reference (or is missing from one build).
 """
 
@@ -36,6 +38,8 @@ def parse_args(argv):
     parser.add_argument("--runs", type=int, default=4, help="runs of each build (default 4)")
     parser.add_argument("--moegrad", default=None,
                         help="the moegrad tool (default: tools/moegrad in DIR_B, else in DIR_A)")
+    parser.add_argument("--own-tools", action="store_true",
+                        help="each build runs its own DIR/tools/moegrad (builds of different ABIs)")
     args = parser.parse_args(own)
     args.bench_args = bench_args
     if args.runs < 1:
@@ -44,7 +48,12 @@ def parse_args(argv):
         folder = getattr(args, name)
         if not os.path.isfile(os.path.join(folder, LIBRARY)):
             parser.error(f"{folder} holds no {LIBRARY}")
-    if args.moegrad is None:
+    if args.own_tools:
+        for name in ("dir_a", "dir_b"):
+            tool = os.path.join(getattr(args, name), "tools", "moegrad")
+            if not os.access(tool, os.X_OK):
+                parser.error(f"--own-tools: {tool} is not an executable")
+    elif args.moegrad is None:
         for folder in (args.dir_b, args.dir_a):
             candidate = os.path.join(folder, "tools", "moegrad")
             if os.access(candidate, os.X_OK):
@@ -82,9 +91,10 @@ def main(argv):
         json_path = os.path.join(tmp, "run.json")
         for run in range(args.runs):
             for build, folder in builds:
-                doc = run_once(args.moegrad, folder, args.bench_args, json_path)
+                tool = os.path.join(folder, "tools", "moegrad") if args.own_tools else args.moegrad
+                doc = run_once(tool, folder, args.bench_args, json_path)
                 for row in doc["rows"]:
-                    name = f"{doc['preset']} {row['key']} {row['mode']} {row['dtype']}"
+                    name = f"{doc['preset']} {row['op']} {row['mode']} {row['dtype']}"
                     if name not in order:
                         order.append(name)
                     pct.setdefault((name, build), []).append(row["pct_copy"])
