@@ -3,7 +3,7 @@
 #pragma once
 
 #include <cstddef>
-#include <initializer_list>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -41,24 +41,24 @@ aclnnStatus RunPhaseTwo(const char* op, void* workspace, uint64_t workspace_size
 // Phase one of the operator whose arguments are `Args`: `tensors` and `attrs` are the aclnn parameters in the
 // order of OpInfo<Args>::kTensors and kAttrs. A required tensor that is null is NULLPTR; the rest is the
 // operator layer's.
-template <typename Args>
-aclnnStatus PhaseOne(std::initializer_list<const aclTensor*> tensors, std::initializer_list<int64_t> attrs,
+template <typename Args, size_t kTensors, size_t kAttrs>
+aclnnStatus PhaseOne(const aclTensor* const (&tensors)[kTensors], const int64_t (&attrs)[kAttrs],
                      uint64_t* workspace_size, aclOpExecutor** executor) {
   using Info = OpInfo<Args>;
-  static_assert(std::size(Info::kTensors) > 0, "an operator has tensors");
+  static_assert(kTensors == std::size(Info::kTensors) && kAttrs == std::size(Info::kAttrs),
+                "the aclnn parameters are the operator's OpInfo");
   Args args;
   core::Status status;
-  size_t i = 0;
-  for (const aclTensor* t : tensors) {
-    const TensorArg<Args>& arg = Info::kTensors[i++];
+  for (size_t i = 0; i < kTensors; ++i) {
+    const aclTensor* t = tensors[i];
+    const TensorArg<Args>& arg = Info::kTensors[i];
     if (t == nullptr && !arg.is_optional() && status.ok()) {
       status = core::Status(core::StatusCode::kNullptr, std::string(Info::kName) + ": " + arg.name +
                                                             " is required but is null");
     }
     arg.Set(args, View(t));
   }
-  i = 0;
-  for (int64_t v : attrs) Info::kAttrs[i++].Set(args, v);
+  for (size_t i = 0; i < kAttrs; ++i) Info::kAttrs[i].Set(args, attrs[i]);
   ops::PlanPtr plan;
   if (status.ok()) status = ops::Plan(args, &plan);
   return FinishPhaseOne(Info::kName, status, std::move(plan), workspace_size, executor);
