@@ -4,7 +4,8 @@
 #      public header compiling from the installed tree alone;
 #   2. every tests/install/*_client.cpp built with nothing but
 #        g++ -std=c++17 client.cpp -I<prefix>/include -L<libdir> -lmoegrad
-#      run with LD_LIBRARY_PATH=<libdir>, exit status 0 and last line "RESULT: PASS";
+#      (their common code, client_util.h, is included from next to them) and run with LD_LIBRARY_PATH=<libdir>:
+#      exit status 0 and last line "RESULT: PASS";
 #   3. tests/install/consumer/, a CMake project using find_package(moegrad) and moegrad::moegrad.
 # Usage: run_install_test.sh <build dir> <tests/install dir>
 set -euo pipefail
