@@ -1,8 +1,11 @@
 // The invariants checked around one operator call through the aclnn API: a failed phase writes nothing and
 // reports one line naming the operator; an accepted call has no overlapping outputs, leaves inputs and the
 // bytes outside output views alone, and matches the reference; workspace and executor rules of phase two.
+// OpFuzz<Args> drives all of it from the operator's OpInfo: a fuzz target only decodes shapes, attributes and
+// index data.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +14,8 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
+#include "moegrad/op_info.hpp"
+#include "tests/support/op_entry.h"
 
 namespace moegrad::fuzz {
 
@@ -211,6 +216,141 @@ class Call {
   std::vector<const Tensor*> inputs_, outputs_, unwritten_;
   std::vector<std::vector<uint8_t>> spans_;
   Snapshot all_;
+};
+
+// One operator's fuzzed call, its tensors and attributes named and ordered as OpInfo<Args> has them. A target
+// puts the tensors it decoded (PutFloats for inputs whose elements are floats, Put for the others), sets the
+// attributes, lets Vary() drop and alias them and fill the floats, fills index data, then Run()s both aclnn
+// phases under the checks of Call and PhaseTwo and, when the outputs are comparable, ExpectReference()s.
+template <typename Args>
+class OpFuzz {
+ public:
+  using Info = OpInfo<Args>;
+  static constexpr size_t kNumTensors = testing::kNumTensors<Args>;
+  static constexpr size_t kNumInputs = testing::NumInputs<Args>();
+  static_assert(testing::InputsThenOutputs<Args>(), "OpInfo lists the inputs first");
+  static_assert(kNumInputs > 0 && kNumInputs < kNumTensors, "an operator has inputs and outputs");
+
+  explicit OpFuzz(Input& in) : in_(in), call_(Info::kName) {}
+
+  // The tensor `name` (as messages print it), null while absent.
+  Tensor* Get(const char* name) const { return t_[TensorAt(name)].get(); }
+  // Sets tensor `name` (null: absent); PutFloats marks an input whose elements Vary() fills with floats.
+  void Put(const char* name, TensorPtr t) { t_[TensorAt(name)] = std::move(t); }
+  void PutFloats(const char* name, TensorPtr t) {
+    const size_t i = TensorAt(name);
+    if (Info::kTensors[i].role != ArgRole::kInput) Fail("PutFloats of an output:", name);
+    t_[i] = std::move(t);
+    floats_[i] = true;
+  }
+  void SetAttr(const char* name, int64_t v) {
+    const size_t i = testing::AttrIndex<Args>(name);
+    if (i == attrs_.size()) Fail("no such attribute:", name);
+    attrs_[i] = v;
+  }
+
+  // Now and then a tensor becomes a null argument and an output moves into another tensor's allocation; then
+  // the float inputs get their data.
+  void Vary() {
+    DropSome();
+    AliasOutputs();
+    FillFloats();
+  }
+
+  // Both aclnn phases, every tensor an aclTensor, with the checks of Call and PhaseTwo. True when the call
+  // succeeded and its outputs can be compared with the reference element by element.
+  bool Run() {
+    const Args views = Views();
+    for (size_t i = 0; i < kNumTensors; ++i) {
+      if (Info::kTensors[i].role == ArgRole::kInput) {
+        call_.Input(t_[i].get());
+      } else {
+        call_.Output(t_[i].get(), Info::kTensors[i].Written(views));
+      }
+    }
+    call_.Freeze();
+    std::array<aclTensor*, kNumTensors> acl{};
+    for (size_t i = 0; i < kNumTensors; ++i) acl[i] = Acl(in_, t_[i].get());
+    uint64_t ws_size = 0;
+    aclOpExecutor* executor = reinterpret_cast<aclOpExecutor*>(&ws_size);  // must be overwritten
+    const aclnnStatus st = testing::AclnnPhaseOne<Args>(acl.data(), attrs_.data(), &ws_size, &executor);
+    if (!call_.PhaseOne(st, executor)) return false;
+    bool ran = false;
+    const aclnnStatus run = PhaseTwo(
+        in_, Info::kName,
+        [](void* w, uint64_t n, aclOpExecutor* e) { return testing::OpEntry<Args>::kAclnnPhaseTwo(w, n, e, nullptr); },
+        ws_size, executor, call_.all(), &ran);
+    if (!ran || run != ACLNN_SUCCESS) return false;
+    call_.CheckUntouched();
+    return call_.Comparable();
+  }
+
+  // The reference on the same inputs, writing private copies of the written outputs (as they were before the
+  // call); every written output but `skip` must then equal its copy element for element.
+  void ExpectReference(const char* skip = nullptr) {
+    const Args views = Views();
+    std::array<TensorView, kNumTensors> v{};
+    std::array<const TensorView*, kNumTensors> args{};
+    for (size_t i = 0; i < kNumTensors; ++i) {
+      const bool input = Info::kTensors[i].role == ArgRole::kInput;
+      if (!input && Info::kTensors[i].Written(views)) want_[i] = call_.RefCopy(t_[i].get());
+      const Tensor* t = input ? t_[i].get() : want_[i].get();
+      if (t != nullptr) v[i] = t->View();
+      args[i] = t != nullptr ? &v[i] : nullptr;
+    }
+    testing::OpEntry<Args>::kReference(testing::MakeArgs<Args>(args.data(), attrs_.data()));
+    for (size_t i = kNumInputs; i < kNumTensors; ++i) {
+      if (want_[i] == nullptr || (skip != nullptr && std::strcmp(skip, Info::kTensors[i].name) == 0)) continue;
+      ExpectSameElements(*t_[i], *want_[i], Info::kTensors[i].name);
+    }
+  }
+  // The reference's copy of written output `name` (after ExpectReference), null when it is not written.
+  const Tensor* Want(const char* name) const { return want_[TensorAt(name)].get(); }
+
+ private:
+  static size_t TensorAt(const char* name) {
+    const size_t i = testing::TensorIndex<Args>(name);
+    if (i == kNumTensors) Fail("no such tensor:", name);
+    return i;
+  }
+  // Each tensor, now and then, becomes a null argument.
+  void DropSome() {
+    for (TensorPtr& t : t_) {
+      if (in_.Rare(2)) t.reset();
+    }
+  }
+  // The first output, now and then, moves into an input's allocation; each later output into the first
+  // output's or an input's.
+  void AliasOutputs() {
+    for (size_t o = kNumInputs; o < kNumTensors; ++o) {
+      const Tensor* host = o > kNumInputs && in_.Rare(50) ? t_[kNumInputs].get() : RandomInput();
+      MaybeAlias(in_, t_[o].get(), host);
+    }
+  }
+  // Float data in the PutFloats inputs (see fuzz_util.h's FillFloats).
+  void FillFloats() {
+    for (size_t i = 0; i < kNumInputs; ++i) {
+      if (floats_[i]) ::moegrad::fuzz::FillFloats(in_, t_[i].get());
+    }
+  }
+
+  const Tensor* RandomInput() { return t_[static_cast<size_t>(in_.Range(0, kNumInputs - 1))].get(); }
+  // The arguments with the fuzzed tensors' views (what decides which outputs are written).
+  Args Views() const {
+    std::array<TensorView, kNumTensors> v{};
+    std::array<const TensorView*, kNumTensors> p{};
+    for (size_t i = 0; i < kNumTensors; ++i) {
+      if (t_[i] != nullptr) v[i] = t_[i]->View();
+      p[i] = t_[i] != nullptr ? &v[i] : nullptr;
+    }
+    return testing::MakeArgs<Args>(p.data(), attrs_.data());
+  }
+
+  Input& in_;
+  Call call_;
+  std::array<TensorPtr, kNumTensors> t_, want_;
+  std::array<bool, kNumTensors> floats_{};
+  std::array<int64_t, testing::kNumAttrs<Args>> attrs_{};
 };
 
 }  // namespace moegrad::fuzz

@@ -248,9 +248,24 @@ inline void FillIndices(Input& in, Tensor* t, const Valid& valid) {
   }
 }
 
+// A routing map's data (row-major T x E, E > 0 columns): each token routes to the first K experts of a
+// shuffled list or, when `random`, to each expert with probability 1/2; entry t*E + e gets value(routed).
+template <typename Value>
+inline void FillRoutingMap(Input& in, Tensor* map, int64_t E, int64_t K, bool random, const Value& value) {
+  for (int64_t t = 0; t < map->numel() / std::max<int64_t>(E, 1); ++t) {
+    std::vector<int64_t> order(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
+    std::shuffle(order.begin(), order.end(), in.rng());
+    for (int64_t e = 0; e < E; ++e) {
+      const bool routed = random ? (in.rng()() & 1) != 0 : order[static_cast<size_t>(e)] < K;
+      map->SetRaw(t * E + e, value(routed));
+    }
+  }
+}
+
 // Creates the aclTensor (null stride for contiguous views now and then). A tensor we describe correctly
 // must be accepted.
-inline const aclTensor* Acl(Input& in, Tensor* t) {
+inline aclTensor* Acl(Input& in, Tensor* t) {
   if (t == nullptr) return nullptr;
   bool contiguous = true;
   int64_t expect = 1;

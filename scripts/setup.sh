@@ -8,7 +8,7 @@ packages=(
   libhwy-dev                               # Google Highway: SIMD with run-time dispatch
   libgtest-dev libbenchmark-dev            # GoogleTest, Google Benchmark
   pybind11-dev python3-dev python3-torch python3-pytest   # the Python package and its tests
-  clang libclang-rt-14-dev                 # libFuzzer and the sanitizer runtimes
+  clang libclang-rt-14-dev libomp-14-dev   # libFuzzer, the sanitizer runtimes, OpenMP for clang
 )
 if [[ "${MOEGRAD_SETUP_MINIMAL:-0}" == 1 ]]; then
   packages=(cmake ninja-build g++ libhwy-dev libgtest-dev)

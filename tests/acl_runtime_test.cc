@@ -281,12 +281,12 @@ TEST(AclCreateTensor, RejectsBadViewsWithAMessage) {
 // 1/8, so every product and sum is exact in fp32 and the expected values (plain loops over the spec's
 // formulas) need no tolerance. `strided` stores gradY transposed behind an offset and gradExpandedX with
 // padded rows behind an offset.
-class FinalizeCall {
+class FinalizeRoutingV2GradCall {
  public:
   static constexpr int64_t R = 3, K = 2, H = 5, E = 3, P = R * K;
   static constexpr float kPoison = -1234.5f;
 
-  explicit FinalizeCall(bool strided = false) : strided_(strided) {
+  explicit FinalizeRoutingV2GradCall(bool strided = false) : strided_(strided) {
     const int32_t row_idx[P] = {3, 0, 5, 1, 2, 4};
     const int32_t expert_idx[P] = {0, 2, 1, 1, 2, 0};
     gy_.assign(strided ? 3 + R * H : R * H, 99.0f);
@@ -323,7 +323,7 @@ class FinalizeCall {
     t_gx_ = strided ? Make(gx_, {P, H}, {H + 3, 1}, 2, ACL_FLOAT) : Make(gx_, {P, H}, {H, 1}, 0, ACL_FLOAT);
     t_gs_ = Make(gs_, {R, K}, {K, 1}, 0, ACL_FLOAT);
   }
-  ~FinalizeCall() {
+  ~FinalizeRoutingV2GradCall() {
     for (aclTensor* t : {t_gy_, t_idx_, t_x_, t_scales_, t_eidx_, t_bias_, t_gx_, t_gs_}) {
       if (t != nullptr) aclDestroyTensor(t);
     }
@@ -404,7 +404,7 @@ struct Workspace {
 
 // First calls set up thread pools and dispatch tables; measuring allocations starts after one full call.
 void WarmUp() {
-  FinalizeCall c;
+  FinalizeRoutingV2GradCall c;
   uint64_t ws = 0;
   aclOpExecutor* ex = nullptr;
   ASSERT_EQ(c.PhaseOne(&ws, &ex), ACLNN_SUCCESS) << RecentError();
@@ -415,7 +415,7 @@ void WarmUp() {
 TEST(AclExecutor, OneShotIsConsumedByPhaseTwo) {
   WarmUp();
   for (bool strided : {false, true}) {
-    FinalizeCall c(strided);
+    FinalizeRoutingV2GradCall c(strided);
     c.Poison();
     uint64_t ws = 0;
     aclOpExecutor* ex = nullptr;
@@ -436,7 +436,7 @@ TEST(AclExecutor, OneShotIsConsumedByPhaseTwo) {
 
 TEST(AclExecutor, RepeatableRunsManyTimesUntilDestroyed) {
   WarmUp();
-  FinalizeCall c(true);
+  FinalizeRoutingV2GradCall c(true);
   uint64_t ws = 0;
   aclOpExecutor* ex = nullptr;
   const int64_t before = t_live_allocations;
@@ -463,7 +463,7 @@ TEST(AclExecutor, RepeatableRunsManyTimesUntilDestroyed) {
 
 TEST(AclExecutor, PhaseTwoWorkspaceRulesAndNullExecutor) {
   WarmUp();
-  FinalizeCall c;
+  FinalizeRoutingV2GradCall c;
   uint64_t ws = 0;
   aclOpExecutor* ex = nullptr;
   // The same failure once on a repeatable executor, so that the error message buffer has already grown
@@ -504,7 +504,7 @@ TEST(AclExecutor, PhaseTwoWorkspaceRulesAndNullExecutor) {
 }
 
 TEST(AclExecutor, FailedPhaseOneLeavesExecutorNull) {
-  FinalizeCall c;
+  FinalizeRoutingV2GradCall c;
   aclOpExecutor* const stale = reinterpret_cast<aclOpExecutor*>(uintptr_t{0x40});
   uint64_t ws = 777;
   aclOpExecutor* ex = stale;
@@ -538,7 +538,7 @@ TEST(AclRecentErrMsg, PerThreadAndOneLine) {
     fresh = RecentError();
     aclrtMalloc(nullptr, 64, ACL_MEM_MALLOC_HUGE_FIRST);
     after_malloc = RecentError();
-    FinalizeCall c;
+    FinalizeRoutingV2GradCall c;
     uint64_t ws = 0;
     aclOpExecutor* ex = nullptr;
     c.PhaseOne(&ws, &ex, /*mode=*/3);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "moegrad/ops.hpp"
+#include "tests/support/api.h"
 #include "tests/support/test_tensor.h"
 
 namespace moegrad::testing {
@@ -42,7 +43,7 @@ double Bound(DType dtype, int64_t terms) {
 }
 
 // --- combine ------------------------------------------------------------------------------------------------
-struct FinalizeSetup {
+struct FinalizeRoutingV2Setup {
   int64_t mode, R, K, H, E, C;
   double drop;
   bool scales, duplicates;
@@ -50,7 +51,7 @@ struct FinalizeSetup {
   uint64_t seed;
 };
 
-void CheckFinalizeAdjoint(const FinalizeSetup& s, DType dt) {
+void CheckFinalizeRoutingV2Adjoint(const FinalizeRoutingV2Setup& s, DType dt) {
   SCOPED_TRACE(::testing::Message() << DTypeName(dt) << " forward mode " << s.mode << " R=" << s.R << " K=" << s.K
                                     << " H=" << s.H << " scales=" << s.scales << " dup=" << s.duplicates
                                     << " layout=" << LayoutName(s.layout) << " seed=" << s.seed);
@@ -180,20 +181,23 @@ TEST(Adjoint, FinalizeRoutingV2EveryModeAndDType) {
   for (int64_t mode : {0, 1, 2, 3}) {
     for (DType dt : kFloats) {
       for (bool scales : {false, true}) {
-        CheckFinalizeAdjoint({mode, 7, 3, 37, 4, 5, 0.2, scales, false, Layout::kContiguous, seed++}, dt);
-        CheckFinalizeAdjoint({mode, 6, 2, 19, 3, 3, 0.3, scales, true, Layout::kPadded, seed++}, dt);
+        CheckFinalizeRoutingV2Adjoint({mode, 7, 3, 37, 4, 5, 0.2, scales, false, Layout::kContiguous, seed++}, dt);
+        CheckFinalizeRoutingV2Adjoint({mode, 6, 2, 19, 3, 3, 0.3, scales, true, Layout::kPadded, seed++}, dt);
       }
     }
     // Vector bodies, tiles and tails; K = 1; an empty hidden size.
-    CheckFinalizeAdjoint({mode, 33, 4, 1031, 16, 9, 0.1, true, false, Layout::kContiguous, seed++}, DType::kFloat32);
-    CheckFinalizeAdjoint({mode, 9, 1, 64, 3, 4, 0.0, true, true, Layout::kTransposed, seed++}, DType::kBFloat16);
-    CheckFinalizeAdjoint({mode, 5, 2, 0, 3, 4, 0.0, true, false, Layout::kContiguous, seed++}, DType::kFloat16);
+    CheckFinalizeRoutingV2Adjoint({mode, 33, 4, 1031, 16, 9, 0.1, true, false, Layout::kContiguous, seed++},
+                                  DType::kFloat32);
+    CheckFinalizeRoutingV2Adjoint({mode, 9, 1, 64, 3, 4, 0.0, true, true, Layout::kTransposed, seed++},
+                                  DType::kBFloat16);
+    CheckFinalizeRoutingV2Adjoint({mode, 5, 2, 0, 3, 4, 0.0, true, false, Layout::kContiguous, seed++},
+                                  DType::kFloat16);
   }
 }
 
 // --- dispatch -----------------------------------------------------------------------------------------------
-void CheckPermuteAdjoint(bool dp, int64_t T, int64_t E, int64_t H, int64_t k_or_c, double density, DType map_dt,
-                         DType dt, Layout L, uint64_t seed) {
+void CheckTokenPermuteWithRoutingMapAdjoint(bool dp, int64_t T, int64_t E, int64_t H, int64_t k_or_c, double density,
+                                            DType map_dt, DType dt, Layout L, uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << DTypeName(dt) << (dp ? " drop-and-pad C=" : " dropless K=") << k_or_c
                                     << " T=" << T << " E=" << E << " H=" << H << " map=" << DTypeName(map_dt)
                                     << " layout=" << LayoutName(L) << " seed=" << seed);
@@ -206,39 +210,18 @@ void CheckPermuteAdjoint(bool dp, int64_t T, int64_t E, int64_t H, int64_t k_or_
   probs.FillUniform(rng, 0.0f, 1.0f);
   g.FillUniform(rng);
   gp.FillUniform(rng);
-  std::vector<int64_t> order(static_cast<size_t>(E));
-  std::uniform_real_distribution<double> unit(0, 1);
-  for (int64_t t = 0; t < T; ++t) {
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng);
-    for (int64_t e = 0; e < E; ++e) {
-      const bool hit = dp ? unit(rng) < density : order[static_cast<size_t>(e)] < k_or_c;
-      map.SetI(t * E + e, hit ? (map_dt == DType::kInt8 && e % 3 == 1 ? -5 : 1) : 0);
-    }
+  const std::vector<uint8_t> routed = RandomRouting(T, E, dp, k_or_c, density, rng);
+  for (int64_t i = 0; i < T * E; ++i) {
+    map.SetI(i, routed[static_cast<size_t>(i)] ? (map_dt == DType::kInt8 && i % E % 3 == 1 ? -5 : 1) : 0);
   }
-  TokenPermuteWithRoutingMapArgs f;
-  f.tokens = tokens;
-  f.routing_map = map;
-  f.probs = probs.view();
-  f.num_out_tokens = N;
-  f.drop_and_pad = dp;
-  f.permute_tokens = permuted;
-  f.permute_probs = pprobs.view();
-  f.sorted_indices = sorted;
-  Status st = TokenPermuteWithRoutingMap(f);
+  // The forward, then its gradient (tensors in the C signature's order).
+  const TestCall<TokenPermuteWithRoutingMapArgs> forward{{&tokens, &map, &probs, &permuted, &pprobs, &sorted},
+                                                         {N, dp}};
+  Status st = forward.Run(Api::kCpp);
   ASSERT_TRUE(st.ok()) << st.message();
-
-  TokenPermuteWithRoutingMapGradArgs b;
-  b.permuted_token_output_grad = g;
-  b.permuted_probs_output_grad = gp.view();
-  b.sorted_indices = sorted;
-  b.routing_map = map.view();
-  b.num_experts = E;
-  b.tokens_num = T;
-  b.drop_and_pad = dp;
-  b.tokens_grad = tokens_grad;
-  b.probs_grad = probs_grad.view();
-  st = TokenPermuteWithRoutingMapGrad(b);
+  const TestCall<TokenPermuteWithRoutingMapGradArgs> backward{{&g, &gp, &sorted, &map, &tokens_grad, &probs_grad},
+                                                              {E, T, dp}};
+  st = backward.Run(Api::kCpp);
   ASSERT_TRUE(st.ok()) << st.message();
 
   // A token is copied to at most K (dropless) or E (drop-and-pad) rows: that many terms per tokensGrad element.
@@ -256,16 +239,19 @@ TEST(Adjoint, TokenPermuteWithRoutingMapEveryModeAndDType) {
   uint64_t seed = 500;
   for (DType dt : kFloats) {
     for (DType map_dt : {DType::kInt8, DType::kBool}) {
-      CheckPermuteAdjoint(false, 11, 6, 37, 2, 0, map_dt, dt, Layout::kContiguous, seed++);
-      CheckPermuteAdjoint(false, 9, 8, 17, 8, 0, map_dt, dt, Layout::kPadded, seed++);
-      CheckPermuteAdjoint(true, 11, 6, 37, 4, 0.3, map_dt, dt, Layout::kContiguous, seed++);
-      CheckPermuteAdjoint(true, 8, 5, 9, 8, 0.6, map_dt, dt, Layout::kTransposed, seed++);
+      CheckTokenPermuteWithRoutingMapAdjoint(false, 11, 6, 37, 2, 0, map_dt, dt, Layout::kContiguous, seed++);
+      CheckTokenPermuteWithRoutingMapAdjoint(false, 9, 8, 17, 8, 0, map_dt, dt, Layout::kPadded, seed++);
+      CheckTokenPermuteWithRoutingMapAdjoint(true, 11, 6, 37, 4, 0.3, map_dt, dt, Layout::kContiguous, seed++);
+      CheckTokenPermuteWithRoutingMapAdjoint(true, 8, 5, 9, 8, 0.6, map_dt, dt, Layout::kTransposed, seed++);
     }
   }
   // Many tokens (several index blocks), long rows; capacity larger than the routed counts (padding rows).
-  CheckPermuteAdjoint(false, 700, 16, 100, 4, 0, DType::kBool, DType::kFloat32, Layout::kContiguous, seed++);
-  CheckPermuteAdjoint(true, 700, 16, 100, 90, 0.1, DType::kInt8, DType::kBFloat16, Layout::kContiguous, seed++);
-  CheckPermuteAdjoint(false, 5, 4, 1, 1, 0, DType::kInt8, DType::kFloat16, Layout::kContiguous, seed++);
+  CheckTokenPermuteWithRoutingMapAdjoint(false, 700, 16, 100, 4, 0, DType::kBool, DType::kFloat32, Layout::kContiguous,
+                                         seed++);
+  CheckTokenPermuteWithRoutingMapAdjoint(true, 700, 16, 100, 90, 0.1, DType::kInt8, DType::kBFloat16,
+                                         Layout::kContiguous, seed++);
+  CheckTokenPermuteWithRoutingMapAdjoint(false, 5, 4, 1, 1, 0, DType::kInt8, DType::kFloat16, Layout::kContiguous,
+                                         seed++);
 }
 
 }  // namespace

@@ -10,20 +10,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "acl/acl.h"
-#include "aclnnop/aclnn_moe_finalize_routing_v2.h"
 #include "aclnnop/aclnn_moe_finalize_routing_v2_grad.h"
-#include "aclnnop/aclnn_moe_token_permute_with_routing_map.h"
-#include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
 #include "moegrad/ops.hpp"
+#include "tests/support/api.h"
 #include "tests/support/test_tensor.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -41,39 +38,17 @@ extern "C" void AnnotateBenignRaceSized(const char* file, int line, const volati
 namespace moegrad {
 namespace {
 
+using testing::AclCall;
+using testing::Api;
 using testing::Layout;
+using testing::OpEntry;
+using testing::TestCall;
 using testing::TestTensor;
 
 constexpr int kThreads = 4;
 constexpr int kRounds = 3;
-enum Op { kFinalizeGrad, kFinalizeFwd, kPermuteFwd, kPermuteGrad, kNumOps };
-enum class Api { kCpp, kAclnn };
-
-struct AclTensorDeleter {
-  void operator()(aclTensor* t) const { aclDestroyTensor(t); }
-};
-using AclTensorPtr = std::unique_ptr<aclTensor, AclTensorDeleter>;
-
-AclTensorPtr Acl(TestTensor& t) {
-  const int64_t storage = t.storage_elements();
-  return AclTensorPtr(aclCreateTensor(t.sizes_vector().data(), t.sizes_vector().size(),
-                                      static_cast<aclDataType>(t.dtype()), t.strides_vector().data(),
-                                      t.offset_elements(), ACL_FORMAT_ND, &storage, 1, t.storage()));
-}
-
-// Phase one through `plan`, then phase two with a workspace from aclrtMalloc.
-aclnnStatus RunAclnn(const std::function<aclnnStatus(uint64_t*, aclOpExecutor**)>& plan,
-                     aclnnStatus (*run)(void*, uint64_t, aclOpExecutor*, aclrtStream)) {
-  uint64_t ws_size = 0;
-  aclOpExecutor* executor = nullptr;
-  aclnnStatus st = plan(&ws_size, &executor);
-  if (st != ACLNN_SUCCESS) return st;
-  void* ws = nullptr;
-  if (ws_size > 0 && aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) return -1;
-  st = run(ws, ws_size, executor, nullptr);
-  if (ws != nullptr) aclrtFree(ws);
-  return st;
-}
+enum Op { kFinalizeRoutingV2Grad, kFinalizeRoutingV2, kTokenPermuteWithRoutingMap, kTokenPermuteWithRoutingMapGrad,
+          kNumOps };
 
 std::vector<int32_t> Permutation(int64_t n, std::mt19937_64& rng) {
   std::vector<int32_t> p(static_cast<size_t>(n));
@@ -95,6 +70,11 @@ struct Workload {
   TestTensor pf_tokens, pf_map, pf_probs, pf_out, pf_out_probs, pf_sorted;
   // MoeTokenPermuteWithRoutingMapGrad, dropless with probs.
   TestTensor pg_grad, pg_probs, pg_sorted, pg_map, pg_tokens_grad, pg_probs_grad;
+  // The four calls over those tensors (which they point to: a Workload stays where it was made).
+  TestCall<FinalizeRoutingV2GradArgs> finalize_routing_v2_grad;
+  TestCall<FinalizeRoutingV2Args> finalize_routing_v2;
+  TestCall<TokenPermuteWithRoutingMapArgs> token_permute_with_routing_map;
+  TestCall<TokenPermuteWithRoutingMapGradArgs> token_permute_with_routing_map_grad;
 
   explicit Workload(int seed)
       : R(80 + 24 * seed), K(1 + seed % 4), H(384 + 40 * seed + seed % 3), E(8 + 4 * seed),
@@ -152,117 +132,35 @@ struct Workload {
     pg_map = map;
     pg_tokens_grad = out(dt, {R, H});
     pg_probs_grad = out(dt, {R, E});
+
+    finalize_routing_v2_grad.tensors = {&fg_grad_y, &fg_idx, &fg_x, &fg_scales, &fg_expert, &fg_bias, &fg_gx, &fg_gs};
+    finalize_routing_v2.tensors = {&ff_x, &ff_idx, &ff_x1, nullptr, &ff_bias, &ff_scales, &ff_expert, &ff_out};
+    finalize_routing_v2.attrs = {2};  // dropPadMode
+    token_permute_with_routing_map.tensors = {&pf_tokens, &pf_map, &pf_probs, &pf_out, &pf_out_probs, &pf_sorted};
+    token_permute_with_routing_map.attrs = {R * K, false};  // numOutTokens, dropAndPad
+    token_permute_with_routing_map_grad.tensors = {&pg_grad,   &pg_probs,       &pg_sorted,
+                                                   &pg_map,    &pg_tokens_grad, &pg_probs_grad};
+    token_permute_with_routing_map_grad.attrs = {E, R, false};  // numExperts, tokensNum, dropAndPad
+  }
+  Workload(const Workload&) = delete;
+  Workload& operator=(const Workload&) = delete;
+
+  // fn(call of operator op).
+  template <typename Fn>
+  auto With(int op, const Fn& fn) {
+    switch (op) {
+      case kFinalizeRoutingV2Grad: return fn(finalize_routing_v2_grad);
+      case kFinalizeRoutingV2: return fn(finalize_routing_v2);
+      case kTokenPermuteWithRoutingMap: return fn(token_permute_with_routing_map);
+      default: return fn(token_permute_with_routing_map_grad);
+    }
   }
 
   std::vector<TestTensor*> Outputs(int op) {
-    switch (op) {
-      case kFinalizeGrad: return {&fg_gx, &fg_gs};
-      case kFinalizeFwd: return {&ff_out};
-      case kPermuteFwd: return {&pf_out, &pf_out_probs, &pf_sorted};
-      default: return {&pg_tokens_grad, &pg_probs_grad};
-    }
+    return With(op, [](const auto& call) { return call.Outputs(); });
   }
-
   Status Run(int op, Api api) {
-    if (api == Api::kCpp) {
-      switch (op) {
-        case kFinalizeGrad: {
-          FinalizeRoutingV2GradArgs a;
-          a.grad_y = fg_grad_y;
-          a.expanded_row_idx = fg_idx;
-          a.expanded_x = fg_x.view();
-          a.scales = fg_scales.view();
-          a.expert_idx = fg_expert.view();
-          a.bias = fg_bias.view();
-          a.grad_expanded_x = fg_gx;
-          a.grad_scales = fg_gs.view();
-          return FinalizeRoutingV2Grad(a);
-        }
-        case kFinalizeFwd: {
-          FinalizeRoutingV2Args a;
-          a.expanded_x = ff_x;
-          a.expanded_row_idx = ff_idx;
-          a.x1 = ff_x1.view();
-          a.bias = ff_bias.view();
-          a.scales = ff_scales.view();
-          a.expert_idx = ff_expert.view();
-          a.drop_pad_mode = 2;
-          a.out = ff_out;
-          return FinalizeRoutingV2(a);
-        }
-        case kPermuteFwd: {
-          TokenPermuteWithRoutingMapArgs a;
-          a.tokens = pf_tokens;
-          a.routing_map = pf_map;
-          a.probs = pf_probs.view();
-          a.num_out_tokens = R * K;
-          a.permute_tokens = pf_out;
-          a.permute_probs = pf_out_probs.view();
-          a.sorted_indices = pf_sorted;
-          return TokenPermuteWithRoutingMap(a);
-        }
-        default: {
-          TokenPermuteWithRoutingMapGradArgs a;
-          a.permuted_token_output_grad = pg_grad;
-          a.permuted_probs_output_grad = pg_probs.view();
-          a.sorted_indices = pg_sorted;
-          a.routing_map = pg_map.view();
-          a.num_experts = E;
-          a.tokens_num = R;
-          a.tokens_grad = pg_tokens_grad;
-          a.probs_grad = pg_probs_grad.view();
-          return TokenPermuteWithRoutingMapGrad(a);
-        }
-      }
-    }
-    aclnnStatus st;
-    switch (op) {
-      case kFinalizeGrad: {
-        auto gy = Acl(fg_grad_y), idx = Acl(fg_idx), x = Acl(fg_x), sc = Acl(fg_scales), ex = Acl(fg_expert),
-             b = Acl(fg_bias), gx = Acl(fg_gx), gs = Acl(fg_gs);
-        st = RunAclnn(
-            [&](uint64_t* w, aclOpExecutor** e) {
-              return aclnnMoeFinalizeRoutingV2GradGetWorkspaceSize(gy.get(), idx.get(), x.get(), sc.get(), ex.get(),
-                                                                   b.get(), 0, 0, 0, 0, gx.get(), gs.get(), w, e);
-            },
-            aclnnMoeFinalizeRoutingV2Grad);
-        break;
-      }
-      case kFinalizeFwd: {
-        auto x = Acl(ff_x), idx = Acl(ff_idx), x1 = Acl(ff_x1), b = Acl(ff_bias), sc = Acl(ff_scales),
-             ex = Acl(ff_expert), o = Acl(ff_out);
-        st = RunAclnn(
-            [&](uint64_t* w, aclOpExecutor** e) {
-              return aclnnMoeFinalizeRoutingV2GetWorkspaceSize(x.get(), idx.get(), x1.get(), nullptr, b.get(),
-                                                               sc.get(), ex.get(), 2, o.get(), w, e);
-            },
-            aclnnMoeFinalizeRoutingV2);
-        break;
-      }
-      case kPermuteFwd: {
-        auto tok = Acl(pf_tokens), map = Acl(pf_map), pr = Acl(pf_probs), o = Acl(pf_out), op = Acl(pf_out_probs),
-             si = Acl(pf_sorted);
-        st = RunAclnn(
-            [&](uint64_t* w, aclOpExecutor** e) {
-              return aclnnMoeTokenPermuteWithRoutingMapGetWorkspaceSize(tok.get(), map.get(), pr.get(), R * K, false,
-                                                                        o.get(), op.get(), si.get(), w, e);
-            },
-            aclnnMoeTokenPermuteWithRoutingMap);
-        break;
-      }
-      default: {
-        auto g = Acl(pg_grad), pr = Acl(pg_probs), si = Acl(pg_sorted), map = Acl(pg_map),
-             tg = Acl(pg_tokens_grad), pgr = Acl(pg_probs_grad);
-        st = RunAclnn(
-            [&](uint64_t* w, aclOpExecutor** e) {
-              return aclnnMoeTokenPermuteWithRoutingMapGradGetWorkspaceSize(g.get(), pr.get(), si.get(), map.get(),
-                                                                            E, R, false, tg.get(), pgr.get(), w, e);
-            },
-            aclnnMoeTokenPermuteWithRoutingMapGrad);
-        break;
-      }
-    }
-    return st == ACLNN_SUCCESS ? Status::Ok() : Status(static_cast<StatusCode>(st), aclGetRecentErrMsg());
+    return With(op, [api](const auto& call) { return call.Run(api); });
   }
 
   // Every output's whole storage (view and slack), operator by operator.
@@ -344,33 +242,21 @@ TEST(Concurrency, RepeatableExecutorFromTwoThreadsWithOwnWorkspaces) {
     }
   }
 #endif
-  auto gy = Acl(w.fg_grad_y), idx = Acl(w.fg_idx), x = Acl(w.fg_x), sc = Acl(w.fg_scales), ex = Acl(w.fg_expert),
-       b = Acl(w.fg_bias), gx = Acl(w.fg_gx), gs = Acl(w.fg_gs);
-  auto fx = Acl(w.ff_x), fidx = Acl(w.ff_idx), fx1 = Acl(w.ff_x1), fb = Acl(w.ff_bias), fsc = Acl(w.ff_scales),
-       fex = Acl(w.ff_expert), fo = Acl(w.ff_out);
-  auto tok = Acl(w.pf_tokens), map = Acl(w.pf_map), pr = Acl(w.pf_probs), po = Acl(w.pf_out),
-       pop = Acl(w.pf_out_probs), psi = Acl(w.pf_sorted);
-  auto g = Acl(w.pg_grad), gpr = Acl(w.pg_probs), gsi = Acl(w.pg_sorted), gmap = Acl(w.pg_map),
-       tg = Acl(w.pg_tokens_grad), pgr = Acl(w.pg_probs_grad);
-  const int64_t N = w.R * w.K;
+  // Every operator planned once through aclnn, its executor made repeatable.
   aclOpExecutor* executors[kNumOps] = {};
   uint64_t sizes[kNumOps] = {};
-  ASSERT_EQ(aclnnMoeFinalizeRoutingV2GradGetWorkspaceSize(gy.get(), idx.get(), x.get(), sc.get(), ex.get(), b.get(),
-                                                          0, 0, 0, 0, gx.get(), gs.get(), &sizes[0], &executors[0]),
-            ACLNN_SUCCESS);
-  ASSERT_EQ(aclnnMoeFinalizeRoutingV2GetWorkspaceSize(fx.get(), fidx.get(), fx1.get(), nullptr, fb.get(), fsc.get(),
-                                                      fex.get(), 2, fo.get(), &sizes[1], &executors[1]),
-            ACLNN_SUCCESS);
-  ASSERT_EQ(aclnnMoeTokenPermuteWithRoutingMapGetWorkspaceSize(tok.get(), map.get(), pr.get(), N, false, po.get(),
-                                                               pop.get(), psi.get(), &sizes[2], &executors[2]),
-            ACLNN_SUCCESS);
-  ASSERT_EQ(aclnnMoeTokenPermuteWithRoutingMapGradGetWorkspaceSize(g.get(), gpr.get(), gsi.get(), gmap.get(), w.E,
-                                                                   w.R, false, tg.get(), pgr.get(), &sizes[3],
-                                                                   &executors[3]),
-            ACLNN_SUCCESS);
-  aclnnStatus (*runs[kNumOps])(void*, uint64_t, aclOpExecutor*, aclrtStream) = {
-      aclnnMoeFinalizeRoutingV2Grad, aclnnMoeFinalizeRoutingV2, aclnnMoeTokenPermuteWithRoutingMap,
-      aclnnMoeTokenPermuteWithRoutingMapGrad};
+  aclnnStatus (*runs[kNumOps])(void*, uint64_t, aclOpExecutor*, aclrtStream) = {};
+  std::shared_ptr<void> acl_tensors[kNumOps];
+  for (int op = 0; op < kNumOps; ++op) {
+    w.With(op, [&](const auto& call) {
+      using Args = typename std::decay_t<decltype(call)>::OpArgs;
+      auto acl = std::make_shared<AclCall<Args>>(call);
+      ASSERT_EQ(acl->PhaseOne(&sizes[op], &executors[op]), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+      runs[op] = OpEntry<Args>::kAclnnPhaseTwo;
+      acl_tensors[op] = acl;
+    });
+  }
+  ASSERT_FALSE(HasFatalFailure());
   for (aclOpExecutor* e : executors) ASSERT_EQ(aclSetAclOpExecutorRepeatable(e), ACLNN_SUCCESS);
 
   std::atomic<int> failures{0};

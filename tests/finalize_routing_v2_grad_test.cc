@@ -1,4 +1,4 @@
-// MoeFinalizeRoutingV2Grad against the scalar reference (FinalizeGradTester) and against hand-computed values,
+// MoeFinalizeRoutingV2Grad against the scalar reference (FinalizeRoutingV2GradTester) and against hand-computed values,
 // over hidden sizes, modes, optional arguments, dtypes, layouts, duplicated and unwritten rows, empty tensors,
 // SIMD targets and thread counts. docs/ops/finalize_routing_v2_grad.md is the contract.
 #include <gtest/gtest.h>
@@ -11,12 +11,11 @@
 #include "acl/acl.h"
 #include "moegrad/ops.hpp"
 #include "moegrad/plan.hpp"
-#include "tests/support/finalize_grad_tester.h"
+#include "tests/support/finalize_routing_v2_grad_tester.h"
 
 namespace moegrad::testing {
 namespace {
 
-using Api = FinalizeGradTester::Api;
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 constexpr Layout kLayouts[] = {Layout::kContiguous, Layout::kPadded, Layout::kTransposed};
 
@@ -122,7 +121,7 @@ TEST(FinalizeRoutingV2Grad, HiddenSizes) {
         for (const Optionals& o : kOptionals) {
           for (uint64_t seed : {1, 2}) {
             ++n;
-            FinalizeGradTester()
+            FinalizeRoutingV2GradTester()
                 .tokens(H >= 1031 ? 3 : 7).hidden(H).topk(H >= 1031 ? 2 : 3).mode(mode).experts(4).capacity(4)
                 .scales(o.scales).bias(o.bias).duplicates(seed == 2).layout(kLayouts[n % 3]).seed(seed * 1000 + n)
                 .api(n % 5 == 0 ? Api::kAclnn : Api::kCpp)
@@ -143,10 +142,10 @@ TEST(FinalizeRoutingV2Grad, ModelShapes) {
   for (const auto& m : models) {
     for (DType dtype : kDTypes) {
       ++n;
-      FinalizeGradTester().tokens(3).hidden(m.H).topk(m.K).experts(m.E).mode(0).bias(true).seed(n).Test(dtype);
+      FinalizeRoutingV2GradTester().tokens(3).hidden(m.H).topk(m.K).experts(m.E).mode(0).bias(true).seed(n).Test(dtype);
       // Mode 1 with the expert count capped: E * C rows of H are written, most of them zero.
-      FinalizeGradTester().tokens(3).hidden(m.H).topk(m.K).experts(std::min<int64_t>(m.E, 16)).capacity(2).mode(1)
-          .bias(true).seed(n).Test(dtype);
+      FinalizeRoutingV2GradTester().tokens(3).hidden(m.H).topk(m.K).experts(std::min<int64_t>(m.E, 16)).capacity(2)
+          .mode(1).bias(true).seed(n).Test(dtype);
     }
   }
 }
@@ -159,7 +158,7 @@ TEST(FinalizeRoutingV2Grad, HiddenSizesEverySimdTarget) {
     for (int64_t H : {1, 3, 17, 100, 1031}) {
       for (DType dtype : kDTypes) {
         ++n;
-        FinalizeGradTester().tokens(5).hidden(H).topk(2).mode(n % 2).bias(true).duplicates(true)
+        FinalizeRoutingV2GradTester().tokens(5).hidden(H).topk(2).mode(n % 2).bias(true).duplicates(true)
             .layout(n % 3 == 2 ? Layout::kTransposed : Layout::kContiguous).seed(n).Test(dtype);
       }
     }
@@ -177,7 +176,7 @@ TEST(FinalizeRoutingV2Grad, DroplessActiveNum) {
       for (DType dtype : kDTypes) {
         for (bool dup : {false, true}) {
           ++n;
-          FinalizeGradTester().tokens(R).hidden(19).topk(K).mode(0).active_num(active).experts(3)
+          FinalizeRoutingV2GradTester().tokens(R).hidden(19).topk(K).mode(0).active_num(active).experts(3)
               .scales(o.scales).bias(o.bias).duplicates(dup).seed(n).Test(dtype);
         }
       }
@@ -192,7 +191,7 @@ TEST(FinalizeRoutingV2Grad, DropPadCapacities) {
       for (const Optionals& o : kOptionals) {
         for (bool dup : {false, true}) {
           ++n;
-          FinalizeGradTester().tokens(6).hidden(21).topk(E >= 3 ? 3 : 1).mode(1).experts(E).capacity(C)
+          FinalizeRoutingV2GradTester().tokens(6).hidden(21).topk(E >= 3 ? 3 : 1).mode(1).experts(E).capacity(C)
               .active_num(n % 4 == 0 ? 5 : 0)  // ignored in mode 1
               .scales(o.scales).bias(o.bias).duplicates(dup).seed(n).Test(kDTypes[n % 3]);
         }
@@ -208,7 +207,7 @@ TEST(FinalizeRoutingV2Grad, NoScales) {
       for (DType dtype : kDTypes) {
         for (int extras = 0; extras < 8; ++extras) {
           ++n;
-          FinalizeGradTester().tokens(5).hidden(33).topk(K).mode(mode).capacity(3).scales(false)
+          FinalizeRoutingV2GradTester().tokens(5).hidden(33).topk(K).mode(mode).capacity(3).scales(false)
               .pass_expanded_x(extras & 1).pass_grad_scales(extras & 2).pass_expert_idx(extras & 4)
               .duplicates(extras % 3 == 0).layout(kLayouts[n % 3]).seed(n).Test(dtype);
         }
@@ -222,7 +221,7 @@ TEST(FinalizeRoutingV2Grad, ScalesWithoutBiasButWithExpertIdx) {
   for (int64_t mode : {0, 1}) {
     for (DType dtype : kDTypes) {
       ++n;
-      FinalizeGradTester().tokens(4).hidden(40).topk(2).mode(mode).scales(true).pass_expert_idx(true)
+      FinalizeRoutingV2GradTester().tokens(4).hidden(40).topk(2).mode(mode).scales(true).pass_expert_idx(true)
           .duplicates(true).seed(n).Test(dtype);
     }
   }
@@ -236,7 +235,7 @@ TEST(FinalizeRoutingV2Grad, Layouts) {
         for (DType dtype : kDTypes) {
           for (int64_t H : {5, 35}) {
             ++n;
-            FinalizeGradTester().tokens(5).hidden(H).topk(3).mode(mode).active_num(mode == 0 ? 11 : 0)
+            FinalizeRoutingV2GradTester().tokens(5).hidden(H).topk(3).mode(mode).active_num(mode == 0 ? 11 : 0)
                 .capacity(3).bias(true).duplicates(n % 2 == 0).input_layout(in).output_layout(out)
                 .pass_grad_scales(true).seed(n).api(n % 4 == 0 ? Api::kAclnn : Api::kCppPlan).Test(dtype);
           }
@@ -254,7 +253,7 @@ TEST(FinalizeRoutingV2Grad, DuplicatedAndUnwrittenRows) {
       for (DType dtype : kDTypes) {
         for (int64_t K : {1, 4}) {
           ++n;
-          FinalizeGradTester().tokens(9).hidden(50).topk(K).mode(mode).experts(2).capacity(2)
+          FinalizeRoutingV2GradTester().tokens(9).hidden(50).topk(K).mode(mode).experts(2).capacity(2)
               .active_num(mode == 0 ? 3 : 0).scales(o.scales).bias(o.bias).duplicates(true).seed(n)
               .Test(dtype);
         }
@@ -271,20 +270,20 @@ TEST(FinalizeRoutingV2Grad, EmptyTensors) {
         for (Api api : {Api::kCpp, Api::kAclnn}) {
           // R = 0 (mode 1 still zeroes its E * C rows), H = 0 (gradScales are empty sums: zero), K = 0.
           ++n;
-          FinalizeGradTester().tokens(0).hidden(9).topk(o.scales ? 3 : 0).mode(mode).scales(o.scales)
+          FinalizeRoutingV2GradTester().tokens(0).hidden(9).topk(o.scales ? 3 : 0).mode(mode).scales(o.scales)
               .bias(o.bias).seed(n).api(api).Test(dtype);
           ++n;
-          FinalizeGradTester().tokens(4).hidden(0).topk(2).mode(mode).scales(o.scales).bias(o.bias)
+          FinalizeRoutingV2GradTester().tokens(4).hidden(0).topk(2).mode(mode).scales(o.scales).bias(o.bias)
               .duplicates(true).seed(n).api(api).Test(dtype);
           ++n;
-          FinalizeGradTester().tokens(4).hidden(6).topk(0).mode(mode).scales(o.scales).bias(o.bias)
+          FinalizeRoutingV2GradTester().tokens(4).hidden(6).topk(0).mode(mode).scales(o.scales).bias(o.bias)
               .pass_grad_scales(true).seed(n).api(api).Test(dtype);
           ++n;
-          FinalizeGradTester().tokens(0).hidden(0).topk(0).mode(mode).scales(o.scales).bias(o.bias)
+          FinalizeRoutingV2GradTester().tokens(0).hidden(0).topk(0).mode(mode).scales(o.scales).bias(o.bias)
               .seed(n).api(api).Test(dtype);
           // A single row (E = C = 1, or activeNum 1): most pairs dropped or all writing it.
           ++n;
-          FinalizeGradTester().tokens(3).hidden(4).topk(2).mode(mode).experts(1).capacity(1)
+          FinalizeRoutingV2GradTester().tokens(3).hidden(4).topk(2).mode(mode).experts(1).capacity(1)
               .active_num(mode == 0 ? 1 : 0).scales(o.scales).bias(o.bias).duplicates(true).seed(n).api(api)
               .Test(dtype);
         }
@@ -294,7 +293,7 @@ TEST(FinalizeRoutingV2Grad, EmptyTensors) {
 }
 
 // A random configuration: small sizes, every mode, optional argument, layout, dtype and API.
-FinalizeGradTester RandomTester(std::mt19937_64& rng, uint64_t seed, DType* dtype) {
+FinalizeRoutingV2GradTester RandomTester(std::mt19937_64& rng, uint64_t seed, DType* dtype) {
   auto pick = [&](int64_t lo, int64_t hi) {
     return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
   };
@@ -302,7 +301,7 @@ FinalizeGradTester RandomTester(std::mt19937_64& rng, uint64_t seed, DType* dtyp
   const int64_t R = pick(0, 4) == 0 ? pick(0, 2) : pick(1, 12);
   const int64_t K = scales ? pick(0, 5) : pick(0, 4);
   const int64_t H = pick(0, 9) == 0 ? pick(60, 200) : pick(0, 40);
-  FinalizeGradTester t;
+  FinalizeRoutingV2GradTester t;
   t.tokens(R).hidden(H).topk(K).mode(pick(0, 1)).experts(pick(1, 6)).capacity(pick(1, 6))
       .active_num(pick(0, 2) == 0 ? 0 : pick(0, R * K + 2))
       .scales(scales).bias(scales && pick(0, 1)).duplicates(pick(0, 1))
@@ -337,26 +336,27 @@ TEST(FinalizeRoutingV2Grad, RandomCasesEverySimdTarget) {
 // (a task is given at least 256 KB of rows), on every SIMD target: every byte of every output identical.
 TEST(FinalizeRoutingV2Grad, BitIdenticalAcrossSimdTargetsAndThreads) {
   // bf16, H 1031: 63 rows per task; 96 * 4 = 384 rows and pairs.
-  FinalizeGradTester().tokens(96).hidden(1031).topk(4).mode(0).bias(true).duplicates(true).seed(1)
+  FinalizeRoutingV2GradTester().tokens(96).hidden(1031).topk(4).mode(0).bias(true).duplicates(true).seed(1)
       .TestDeterminism(DType::kBFloat16);
   // fp32, H 7168 (a DeepSeek-V3 layer): 4 rows per task.
-  FinalizeGradTester().tokens(8).hidden(7168).topk(4).mode(1).experts(8).capacity(5).bias(true).seed(2)
+  FinalizeRoutingV2GradTester().tokens(8).hidden(7168).topk(4).mode(1).experts(8).capacity(5).bias(true).seed(2)
       .TestDeterminism(DType::kFloat32);
   // fp16, H 100, strided rows (the scalar path): 1310 rows per task; 1024 x 3 rows.
-  FinalizeGradTester().tokens(1024).hidden(100).topk(3).mode(0).active_num(3000).bias(true).duplicates(true)
+  FinalizeRoutingV2GradTester().tokens(1024).hidden(100).topk(3).mode(0).active_num(3000).bias(true).duplicates(true)
       .layout(Layout::kTransposed).seed(3).TestDeterminism(DType::kFloat16);
   // 16-bit rows with one writer per row (the token walk, whose 16-bit loads and stores are written per SIMD
   // target), scales and bias, with (H 1000) and without (H 256) columns past the last full step.
   for (const int64_t hidden : {1000, 256}) {
     for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-      FinalizeGradTester().tokens(160).hidden(hidden).topk(4).mode(0).bias(true).seed(6).TestDeterminism(dtype);
+      FinalizeRoutingV2GradTester().tokens(160).hidden(hidden).topk(4).mode(0).bias(true).seed(6)
+          .TestDeterminism(dtype);
     }
   }
   // Scales without bias, padded views, realistic (one-to-one) mode 1 layout.
-  FinalizeGradTester().tokens(64).hidden(2048).topk(2).mode(1).experts(8).capacity(12).layout(Layout::kPadded)
+  FinalizeRoutingV2GradTester().tokens(64).hidden(2048).topk(2).mode(1).experts(8).capacity(12).layout(Layout::kPadded)
       .seed(5).TestDeterminism(DType::kBFloat16);
   // No scales, mode 1 with many unwritten rows.
-  FinalizeGradTester().tokens(40).hidden(1031).topk(2).mode(1).experts(16).capacity(8).scales(false)
+  FinalizeRoutingV2GradTester().tokens(40).hidden(1031).topk(2).mode(1).experts(16).capacity(8).scales(false)
       .seed(4).TestDeterminism(DType::kFloat32);
 }
 
@@ -372,8 +372,9 @@ TEST(FinalizeRoutingV2Grad, DotPartialSumsInTheDocumentedOrderOnEveryTarget) {
                                          std::pair{int64_t{200}, Layout::kContiguous},
                                          std::pair{int64_t{200}, Layout::kPadded}}) {
       SCOPED_TRACE(std::string(DTypeName(dtype)) + " H " + std::to_string(hidden) + " " + LayoutName(layout));
-      FinalizeGradCase c =
-          FinalizeGradTester().tokens(24).hidden(hidden).topk(4).bias(true).layout(layout).seed(7).Build(dtype);
+      FinalizeRoutingV2GradCase c =
+          FinalizeRoutingV2GradTester().tokens(24).hidden(hidden).topk(4).bias(true).layout(layout).seed(7)
+              .Build(dtype);
       // gradY 2^12 everywhere, bias 0; pair i's expandedX row holds 2^12, -2^12 and 2^-12 (terms 2^24, -2^24,
       // 1) at columns c, c + 4, c + 8 with c = 16 * (i % 12) + i % 4 (a column past 128, the 16-bit token step,
       // for i % 12 >= 8), zero elsewhere. All of these are exact in every dtype.
@@ -388,12 +389,12 @@ TEST(FinalizeRoutingV2Grad, DotPartialSumsInTheDocumentedOrderOnEveryTarget) {
         c.expanded_x->SetF(row * hidden + col + 4, -4096.0f);
         c.expanded_x->SetF(row * hidden + col + 8, 1.0f / 4096.0f);
       }
-      const FinalizeGradCase before = c;
+      const FinalizeRoutingV2GradCase before = c;
       const std::vector<std::string> targets = ForEachSimdTarget([&] {
         for (int threads : {1, 2, 3}) {
           SetNumThreads(threads);
-          FinalizeGradCase run = before;
-          ASSERT_EQ(AclFinalizeGradCall(run).Run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+          FinalizeRoutingV2GradCase run = before;
+          ASSERT_EQ(AclFinalizeRoutingV2GradCall(run.Call()).Run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
           for (int64_t i = 0; i < pairs; ++i) {
             ASSERT_EQ(run.grad_scales->GetF(i), 0.0f)
                 << "pair " << i << " on " << SimdTarget() << " with " << threads << " threads";
@@ -408,8 +409,9 @@ TEST(FinalizeRoutingV2Grad, DotPartialSumsInTheDocumentedOrderOnEveryTarget) {
 
 // A repeatable executor runs any number of times, re-reading its inputs each time.
 TEST(FinalizeRoutingV2Grad, RepeatableExecutorRunsTwice) {
-  FinalizeGradCase c = FinalizeGradTester().tokens(6).hidden(24).topk(2).bias(true).seed(9).Build(DType::kBFloat16);
-  AclFinalizeGradCall call(c);
+  FinalizeRoutingV2GradCase c = FinalizeRoutingV2GradTester().tokens(6).hidden(24).topk(2).bias(true).seed(9)
+      .Build(DType::kBFloat16);
+  AclFinalizeRoutingV2GradCall call(c.Call());
   uint64_t ws = 0;
   aclOpExecutor* executor = nullptr;
   ASSERT_EQ(call.PhaseOne(&ws, &executor), ACLNN_SUCCESS) << aclGetRecentErrMsg();
@@ -420,7 +422,7 @@ TEST(FinalizeRoutingV2Grad, RepeatableExecutorRunsTwice) {
   const auto gs = c.grad_scales->Snapshot();
   // Doubling gradY doubles both outputs exactly (a power of two scales every product and sum).
   for (int64_t i = 0; i < c.grad_y->numel(); ++i) c.grad_y->SetF(i, 2.0f * c.grad_y->GetF(i));
-  const FinalizeGradCase first = c;
+  const FinalizeRoutingV2GradCase first = c;
   ASSERT_EQ(aclnnMoeFinalizeRoutingV2Grad(workspace.data(), ws, executor, nullptr), ACLNN_SUCCESS);
   EXPECT_FALSE(c.grad_expanded_x->SameBytes(gx));
   for (int64_t i = 0; i < c.grad_expanded_x->numel(); ++i) {

@@ -14,6 +14,7 @@
 #include "aclnnop/aclnn_moe_finalize_routing_v2.h"
 #include "moegrad/ops.hpp"
 #include "src/ref/reference.h"
+#include "tests/support/api.h"
 #include "tests/support/test_tensor.h"
 
 namespace moegrad::testing {
@@ -21,47 +22,39 @@ namespace {
 
 constexpr DType kFloats[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 constexpr Layout kLayouts[] = {Layout::kContiguous, Layout::kPadded, Layout::kTransposed};
-enum class Api { kCpp, kPlan, kAcl };
-
-aclTensor* AclOf(TestTensor& t) {
-  const int64_t storage = t.storage_elements();
-  return aclCreateTensor(t.sizes_vector().data(), t.sizes_vector().size(), static_cast<aclDataType>(t.dtype()),
-                         t.strides_vector().data(), t.offset_elements(), ACL_FORMAT_ND, &storage, 1, t.storage());
-}
-
 struct Tensors {
   TestTensor x, idx, x1, x2, bias, scales, expert, out;
 };
 
-class FinalizeTester {
+class FinalizeRoutingV2Tester {
  public:
-  FinalizeTester& tokens(int64_t v) { R_ = v; return *this; }
-  FinalizeTester& hidden(int64_t v) { H_ = v; return *this; }
-  FinalizeTester& topk(int64_t v) { K_ = v; return *this; }
-  FinalizeTester& mode(int64_t v) { mode_ = v; return *this; }
-  FinalizeTester& experts(int64_t v) { E_ = v; return *this; }
-  FinalizeTester& capacity(int64_t v) { C_ = v; return *this; }
-  FinalizeTester& x1(bool v) { x1_ = v; return *this; }
-  FinalizeTester& x2(bool v) { x2_ = v; return *this; }
-  FinalizeTester& scales(bool v) { scales_ = v; return *this; }
-  FinalizeTester& bias(bool v) { bias_ = v; return *this; }
+  FinalizeRoutingV2Tester& tokens(int64_t v) { R_ = v; return *this; }
+  FinalizeRoutingV2Tester& hidden(int64_t v) { H_ = v; return *this; }
+  FinalizeRoutingV2Tester& topk(int64_t v) { K_ = v; return *this; }
+  FinalizeRoutingV2Tester& mode(int64_t v) { mode_ = v; return *this; }
+  FinalizeRoutingV2Tester& experts(int64_t v) { E_ = v; return *this; }
+  FinalizeRoutingV2Tester& capacity(int64_t v) { C_ = v; return *this; }
+  FinalizeRoutingV2Tester& x1(bool v) { x1_ = v; return *this; }
+  FinalizeRoutingV2Tester& x2(bool v) { x2_ = v; return *this; }
+  FinalizeRoutingV2Tester& scales(bool v) { scales_ = v; return *this; }
+  FinalizeRoutingV2Tester& bias(bool v) { bias_ = v; return *this; }
   // Without bias: pass an expertIdx full of out-of-range values anyway (it must not be read).
-  FinalizeTester& unread_expert_idx(bool v) { unread_expert_idx_ = v; return *this; }
-  FinalizeTester& drop_rate(double v) { drop_ = v; return *this; }   // modes 1, 3
-  FinalizeTester& duplicates(bool v) { dup_ = v; return *this; }      // independent index values
-  FinalizeTester& layout(Layout in, Layout out) { in_ = in; out_ = out; return *this; }
-  FinalizeTester& seed(uint64_t v) { seed_ = v; return *this; }
-  FinalizeTester& api(Api v) { api_ = v; return *this; }
-  FinalizeTester& all_targets(bool v) { all_targets_ = v; return *this; }
+  FinalizeRoutingV2Tester& unread_expert_idx(bool v) { unread_expert_idx_ = v; return *this; }
+  FinalizeRoutingV2Tester& drop_rate(double v) { drop_ = v; return *this; }   // modes 1, 3
+  FinalizeRoutingV2Tester& duplicates(bool v) { dup_ = v; return *this; }      // independent index values
+  FinalizeRoutingV2Tester& layout(Layout in, Layout out) { in_ = in; out_ = out; return *this; }
+  FinalizeRoutingV2Tester& seed(uint64_t v) { seed_ = v; return *this; }
+  FinalizeRoutingV2Tester& api(Api v) { api_ = v; return *this; }
+  FinalizeRoutingV2Tester& all_targets(bool v) { all_targets_ = v; return *this; }
 
   void Test(DType dtype) const {
     const Tensors in = Make(dtype);
     Tensors want = in;
-    ref::FinalizeRoutingV2(Args(want));
+    ref::FinalizeRoutingV2(Call(want).CppArgs());
     const auto out_before = in.out.Snapshot();
     auto check = [&](const std::string& where) {
       Tensors got = in;
-      const Status s = Run(&got);
+      const Status s = Call(got).Run(api_, /*runs=*/2);  // a plan or executor runs twice
       ASSERT_TRUE(s.ok()) << s.message() << Describe(dtype) << where;
       EXPECT_TRUE(got.out.OutsideViewUnchanged(out_before)) << "out written outside its view" << Describe(dtype);
       for (int64_t i = 0; i < got.out.numel(); ++i) {
@@ -76,12 +69,7 @@ class FinalizeTester {
       for (int k = 0; k < 7; ++k) EXPECT_TRUE(ins[k]->SameBytes(orig[k]->Snapshot())) << "input " << k << " written";
     };
     if (!all_targets_) return check("");
-    for (int threads : {1, 2, 3}) {
-      SetNumThreads(threads);
-      const auto targets = ForEachSimdTarget([&] { check(" threads=" + std::to_string(threads)); });
-      EXPECT_GE(targets.size(), 1u);
-    }
-    SetNumThreads(0);
+    ForEachThreadCountAndSimdTarget([&](int threads) { check(" threads=" + std::to_string(threads)); });
   }
 
  private:
@@ -120,56 +108,19 @@ class FinalizeTester {
     return t;
   }
 
-  FinalizeRoutingV2Args Args(const Tensors& t) const {
-    FinalizeRoutingV2Args a;
-    a.expanded_x = t.x;
-    a.expanded_row_idx = t.idx;
-    if (x1_) a.x1 = t.x1.view();
-    if (x2_) a.x2 = t.x2.view();
-    if (bias_) a.bias = t.bias.view();
-    if (scales_) a.scales = t.scales.view();
-    if (bias_ || unread_expert_idx_) a.expert_idx = t.expert.view();
-    a.drop_pad_mode = mode_;
-    a.out = t.out;
-    return a;
-  }
-
-  Status Run(Tensors* t) const {
-    const FinalizeRoutingV2Args a = Args(*t);
-    if (api_ == Api::kCpp) return FinalizeRoutingV2(a);
-    if (api_ == Api::kPlan) {
-      Plan plan;
-      Status s = PlanFinalizeRoutingV2(a, &plan);
-      if (!s.ok()) return s;
-      std::vector<char> ws(plan.workspace_size() + 64);
-      void* aligned = ws.data() + (64 - reinterpret_cast<uintptr_t>(ws.data()) % 64) % 64;
-      for (int rep = 0; rep < 2 && s.ok(); ++rep) s = plan.Run(aligned, plan.workspace_size());
-      return s;
-    }
-    aclTensor* x = AclOf(t->x);
-    aclTensor* idx = AclOf(t->idx);
-    aclTensor* x1 = x1_ ? AclOf(t->x1) : nullptr;
-    aclTensor* x2 = x2_ ? AclOf(t->x2) : nullptr;
-    aclTensor* bias = bias_ ? AclOf(t->bias) : nullptr;
-    aclTensor* scales = scales_ ? AclOf(t->scales) : nullptr;
-    aclTensor* expert = (bias_ || unread_expert_idx_) ? AclOf(t->expert) : nullptr;
-    aclTensor* out = AclOf(t->out);
-    uint64_t ws_size = 0;
-    aclOpExecutor* ex = nullptr;
-    aclnnStatus st = aclnnMoeFinalizeRoutingV2GetWorkspaceSize(x, idx, x1, x2, bias, scales, expert, mode_, out,
-                                                               &ws_size, &ex);
-    if (st == ACLNN_SUCCESS) {
-      void* ws = nullptr;
-      if (ws_size > 0) {
-        EXPECT_EQ(aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
-      }
-      st = aclnnMoeFinalizeRoutingV2(ws, ws_size, ex, nullptr);
-      if (ws) aclrtFree(ws);
-    }
-    for (aclTensor* a : {x, idx, x1, x2, bias, scales, expert, out}) {
-      if (a) aclDestroyTensor(a);
-    }
-    return st == ACLNN_SUCCESS ? Status::Ok() : Status(static_cast<StatusCode>(st), aclGetRecentErrMsg());
+  // The call over `t`: the optional tensors as configured.
+  TestCall<FinalizeRoutingV2Args> Call(Tensors& t) const {
+    TestCall<FinalizeRoutingV2Args> c;
+    c.tensors = {&t.x,
+                 &t.idx,
+                 x1_ ? &t.x1 : nullptr,
+                 x2_ ? &t.x2 : nullptr,
+                 bias_ ? &t.bias : nullptr,
+                 scales_ ? &t.scales : nullptr,
+                 bias_ || unread_expert_idx_ ? &t.expert : nullptr,
+                 &t.out};
+    c.attrs = {mode_};
+    return c;
   }
 
   std::string Describe(DType dtype) const {
@@ -177,7 +128,7 @@ class FinalizeTester {
            " K=" + std::to_string(K_) + " H=" + std::to_string(H_) + " E=" + std::to_string(E_) +
            " C=" + std::to_string(C_) + (x1_ ? " x1" : "") + (x2_ ? " x2" : "") + (scales_ ? " scales" : "") +
            (bias_ ? " bias" : "") + (dup_ ? " dup" : "") + " drop=" + std::to_string(drop_) + " in=" +
-           LayoutName(in_) + " out=" + LayoutName(out_) + " api=" + std::to_string(static_cast<int>(api_)) +
+           LayoutName(in_) + " out=" + LayoutName(out_) + " api=" + ApiName(api_) +
            " seed=" + std::to_string(seed_) + " target=" + SimdTarget() + "]";
   }
 
@@ -261,7 +212,7 @@ TEST(FinalizeRoutingV2, RoundsOnce) {
 // Nothing at all to add (no x1 / x2, every pair dropped, no bias) gives +0.
 TEST(FinalizeRoutingV2, AllDroppedWithoutBiasIsZero) {
   for (int64_t mode : {1, 3}) {
-    FinalizeTester().mode(mode).drop_rate(1.0).hidden(33).Test(DType::kFloat32);
+    FinalizeRoutingV2Tester().mode(mode).drop_rate(1.0).hidden(33).Test(DType::kFloat32);
     TestTensor x(DType::kFloat32, {2, 2, 3}), idx(DType::kInt32, {4}), out(DType::kFloat32, {2, 3});
     for (int i = 0; i < 4; ++i) idx.SetI(i, -1);
     FinalizeRoutingV2Args a;
@@ -284,7 +235,8 @@ TEST(FinalizeRoutingV2, ModesOptionalsAndHiddenSizes) {
     for (const Opt& o : opts) {
       for (int64_t H : {1, 3, 8, 17, 64, 100, 1031}) {
         for (DType dt : kFloats) {
-          FinalizeTester().mode(mode).x1(o.x1).x2(o.x2).scales(o.scales).bias(o.bias).hidden(H).seed(seed++).Test(dt);
+          FinalizeRoutingV2Tester().mode(mode).x1(o.x1).x2(o.x2).scales(o.scales).bias(o.bias).hidden(H).seed(seed++)
+              .Test(dt);
         }
       }
     }
@@ -295,8 +247,9 @@ TEST(FinalizeRoutingV2, TopKWithoutScales) {
   for (int64_t mode : {0, 1, 2, 3}) {
     // Rows of more than 16 terms (x1, x2 and K pairs) are summed in several groups of terms.
     for (int64_t K : {1, 2, 5, 9, 14, 15, 33}) {
-      FinalizeTester().mode(mode).topk(K).scales(false).experts(3).capacity(7).hidden(40).seed(K).Test(DType::kFloat32);
-      FinalizeTester().mode(mode).topk(K).scales(true).bias(true).x1(K > 9).x2(K > 14).experts(3).capacity(7)
+      FinalizeRoutingV2Tester().mode(mode).topk(K).scales(false).experts(3).capacity(7).hidden(40).seed(K)
+          .Test(DType::kFloat32);
+      FinalizeRoutingV2Tester().mode(mode).topk(K).scales(true).bias(true).x1(K > 9).x2(K > 14).experts(3).capacity(7)
           .hidden(24).seed(K + 9).Test(DType::kBFloat16);
     }
   }
@@ -307,23 +260,25 @@ TEST(FinalizeRoutingV2, DropsDuplicatesAndUnreadExpertIdx) {
   for (int64_t mode : {0, 1, 2, 3}) {
     for (double drop : {0.0, 0.5, 1.0}) {
       for (DType dt : kFloats) {
-        FinalizeTester().mode(mode).drop_rate(drop).bias(true).duplicates(true).seed(seed++).Test(dt);
-        FinalizeTester().mode(mode).drop_rate(drop).bias(false).unread_expert_idx(true).x1(true).seed(seed++).Test(dt);
+        FinalizeRoutingV2Tester().mode(mode).drop_rate(drop).bias(true).duplicates(true).seed(seed++).Test(dt);
+        FinalizeRoutingV2Tester().mode(mode).drop_rate(drop).bias(false).unread_expert_idx(true).x1(true).seed(seed++)
+            .Test(dt);
       }
     }
   }
   // Capacity smaller than the pairs: the pairs past E*C are dropped.
-  FinalizeTester().mode(3).tokens(9).topk(2).experts(2).capacity(3).drop_rate(0).bias(true).Test(DType::kFloat16);
+  FinalizeRoutingV2Tester().mode(3).tokens(9).topk(2).experts(2).capacity(3).drop_rate(0).bias(true)
+      .Test(DType::kFloat16);
 }
 
 TEST(FinalizeRoutingV2, LayoutsAndApis) {
   uint64_t seed = 200;
   for (Layout in : kLayouts) {
     for (Layout out : kLayouts) {
-      for (Api api : {Api::kCpp, Api::kPlan, Api::kAcl}) {
+      for (Api api : {Api::kCpp, Api::kCppPlan, Api::kAclnn}) {
         for (int64_t mode : {0, 3}) {
           for (DType dt : kFloats) {
-            FinalizeTester().mode(mode).layout(in, out).api(api).x1(true).x2(true).bias(true).hidden(19)
+            FinalizeRoutingV2Tester().mode(mode).layout(in, out).api(api).x1(true).x2(true).bias(true).hidden(19)
                 .seed(seed++).Test(dt);
           }
         }
@@ -334,17 +289,22 @@ TEST(FinalizeRoutingV2, LayoutsAndApis) {
 
 TEST(FinalizeRoutingV2, EmptyTensors) {
   for (int64_t mode : {0, 1, 2, 3}) {
-    for (Api api : {Api::kCpp, Api::kAcl}) {
-      FinalizeTester().mode(mode).tokens(0).x1(true).bias(true).api(api).Test(DType::kFloat32);           // R = 0
-      FinalizeTester().mode(mode).hidden(0).x1(true).bias(true).api(api).Test(DType::kFloat16);           // H = 0
-      FinalizeTester().mode(mode).topk(0).x1(true).x2(true).api(api).Test(DType::kBFloat16);              // K = 0
-      FinalizeTester().mode(mode).topk(0).scales(false).x2(true).api(api).Test(DType::kFloat32);          // K = 0
-      FinalizeTester().mode(mode).topk(0).scales(false).bias(true).api(api).Test(DType::kFloat32);        // no term
+    for (Api api : {Api::kCpp, Api::kAclnn}) {
+      FinalizeRoutingV2Tester().mode(mode).tokens(0).x1(true).bias(true).api(api)
+          .Test(DType::kFloat32);           // R = 0
+      FinalizeRoutingV2Tester().mode(mode).hidden(0).x1(true).bias(true).api(api)
+          .Test(DType::kFloat16);           // H = 0
+      FinalizeRoutingV2Tester().mode(mode).topk(0).x1(true).x2(true).api(api)
+          .Test(DType::kBFloat16);              // K = 0
+      FinalizeRoutingV2Tester().mode(mode).topk(0).scales(false).x2(true).api(api)
+          .Test(DType::kFloat32);          // K = 0
+      FinalizeRoutingV2Tester().mode(mode).topk(0).scales(false).bias(true).api(api)
+          .Test(DType::kFloat32);        // no term
     }
   }
   for (int64_t mode : {1, 3}) {
-    FinalizeTester().mode(mode).capacity(0).x1(true).bias(true).Test(DType::kFloat32);  // every pair dropped
-    FinalizeTester().mode(mode).experts(0).capacity(3).x1(true).Test(DType::kFloat16);
+    FinalizeRoutingV2Tester().mode(mode).capacity(0).x1(true).bias(true).Test(DType::kFloat32);  // every pair dropped
+    FinalizeRoutingV2Tester().mode(mode).experts(0).capacity(3).x1(true).Test(DType::kFloat16);
   }
 }
 
@@ -355,11 +315,12 @@ TEST(FinalizeRoutingV2, LargeOutputsStream) {
   for (int64_t H : {2048, 2049}) {
     for (DType dt : kFloats) {
       // 2048 rows: 16.8 MB in f32, 8.4 MB in 16-bit types.
-      FinalizeTester().mode(0).tokens(2048).topk(2).hidden(H).experts(16).x1(true).bias(true).seed(seed++).Test(dt);
-      FinalizeTester().mode(3).tokens(2048).topk(2).hidden(H).experts(16).capacity(200).seed(seed++).Test(dt);
+      FinalizeRoutingV2Tester().mode(0).tokens(2048).topk(2).hidden(H).experts(16).x1(true).bias(true).seed(seed++)
+          .Test(dt);
+      FinalizeRoutingV2Tester().mode(3).tokens(2048).topk(2).hidden(H).experts(16).capacity(200).seed(seed++).Test(dt);
     }
   }
-  FinalizeTester().mode(2).tokens(2048).topk(2).hidden(2049).experts(16).bias(true).all_targets(true)
+  FinalizeRoutingV2Tester().mode(2).tokens(2048).topk(2).hidden(2049).experts(16).bias(true).all_targets(true)
       .seed(seed++).Test(DType::kBFloat16);
 }
 
@@ -367,13 +328,13 @@ TEST(FinalizeRoutingV2, BitIdenticalAcrossSimdTargetsAndThreads) {
   // 200 rows of (K + 3) * 300 elements: several tasks per run; H spans tiles with a tail.
   for (int64_t mode : {0, 3}) {
     for (DType dt : kFloats) {
-      FinalizeTester().mode(mode).tokens(200).topk(4).hidden(1031).experts(8).capacity(110).x1(true).x2(true)
+      FinalizeRoutingV2Tester().mode(mode).tokens(200).topk(4).hidden(1031).experts(8).capacity(110).x1(true).x2(true)
           .bias(true).all_targets(true).seed(static_cast<uint64_t>(mode) + 7).Test(dt);
     }
   }
-  FinalizeTester().mode(2).tokens(90).topk(2).hidden(77).layout(Layout::kPadded, Layout::kTransposed)
+  FinalizeRoutingV2Tester().mode(2).tokens(90).topk(2).hidden(77).layout(Layout::kPadded, Layout::kTransposed)
       .all_targets(true).Test(DType::kBFloat16);
-  FinalizeTester().mode(1).tokens(40).topk(17).hidden(600).experts(6).capacity(120).x1(true).bias(true)
+  FinalizeRoutingV2Tester().mode(1).tokens(40).topk(17).hidden(600).experts(6).capacity(120).x1(true).bias(true)
       .all_targets(true).Test(DType::kFloat16);
 }
 

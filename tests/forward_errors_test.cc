@@ -5,6 +5,8 @@
 // (leaving *executor null), index-data errors from phase two.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -14,6 +16,7 @@
 #include "aclnnop/aclnn_moe_finalize_routing_v2.h"
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map.h"
 #include "moegrad/ops.hpp"
+#include "tests/support/api.h"
 #include "tests/support/test_tensor.h"
 
 namespace moegrad::testing {
@@ -21,19 +24,14 @@ namespace {
 
 constexpr int kNullptr = 161001, kInvalid = 161002;
 
-aclTensor* AclOf(TestTensor& t) {
-  const int64_t storage = t.storage_elements();
-  return aclCreateTensor(t.sizes_vector().data(), t.sizes_vector().size(), static_cast<aclDataType>(t.dtype()),
-                         t.strides_vector().data(), t.offset_elements(), ACL_FORMAT_ND, &storage, 1, t.storage());
-}
-
-// One call's tensors in the C signature's order; slot i is passed as tensor `source[i]` (aliasing tests).
-template <int kSlots>
+// One call's tensors in OpInfo<Args>'s order (the C signature's); slot i is passed as tensor `source[i]`
+// (aliasing tests). Attributes in OpInfo's order: dropPadMode; numOutTokens, dropAndPad.
+template <typename Args>
 struct Case {
+  static constexpr int kSlots = static_cast<int>(kNumTensors<Args>);
   std::optional<TestTensor> t[kSlots];
   int source[kSlots];
-  int64_t attr = 0;             // dropPadMode / numOutTokens
-  bool flag = false;            // dropAndPad
+  std::array<int64_t, kNumAttrs<Args>> attrs{};
   std::function<void(int, TensorView*)> tweak;  // C++ only: edits the view of a slot
   Case() {
     for (int i = 0; i < kSlots; ++i) source[i] = i;
@@ -44,14 +42,24 @@ struct Case {
     if (tweak) tweak(i, &v);
     return v;
   }
+  // The C++ API's arguments (an absent required tensor gets an empty view).
+  Args CppArgs() const {
+    std::optional<TensorView> views[kSlots];
+    const TensorView* p[kSlots];
+    for (int i = 0; i < kSlots; ++i) {
+      views[i] = View(i);
+      p[i] = views[i] ? &*views[i] : nullptr;
+    }
+    return MakeArgs<Args>(p, attrs.data());
+  }
 };
 
 enum Where { kBoth, kCppOnly, kAclOnly };
 
-template <int kSlots>
+template <typename Args>
 struct ErrorRow {
   const char* name;
-  std::function<void(Case<kSlots>&)> mutate;
+  std::function<void(Case<Args>&)> mutate;
   int code;
   std::string message;
   int phase;  // 1 or 2
@@ -64,31 +72,59 @@ struct Outcome {
   int phase = 0;  // the phase that failed (aclnn path)
 };
 
+template <typename Args>
+Outcome CppOutcome(const Case<Args>& c) {
+  const Status s = OpEntry<Args>::kRun(c.CppArgs());
+  return {static_cast<int>(s.code()), s.message(), 0};
+}
+
+// Phase one then phase two through aclnn, with a workspace of the reported size.
+template <typename Args>
+Outcome AclOutcome(Case<Args>& c) {
+  AclTensorPtr t[Case<Args>::kSlots];
+  aclTensor* raw[Case<Args>::kSlots];
+  for (int i = 0; i < Case<Args>::kSlots; ++i) {
+    if (c.t[c.source[i]]) t[i].reset(AclOf(*c.t[c.source[i]]));
+    raw[i] = t[i].get();
+  }
+  uint64_t ws_size = 0;
+  aclOpExecutor* ex = reinterpret_cast<aclOpExecutor*>(&ws_size);  // must be overwritten
+  aclnnStatus st = AclnnPhaseOne<Args>(raw, c.attrs.data(), &ws_size, &ex);
+  if (st != ACLNN_SUCCESS) {
+    EXPECT_EQ(ex, nullptr) << "a failed phase one must leave *executor null";
+    return {st, aclGetRecentErrMsg(), 1};
+  }
+  std::vector<char> ws(ws_size + 64);
+  char* aligned = ws.data() + (64 - reinterpret_cast<uintptr_t>(ws.data()) % 64) % 64;
+  st = OpEntry<Args>::kAclnnPhaseTwo(ws_size ? aligned : nullptr, ws_size, ex, nullptr);
+  if (st != ACLNN_SUCCESS) return {st, aclGetRecentErrMsg(), 2};
+  return {0, "", 0};
+}
+
 // Runs every row on a fresh valid case through both APIs and checks status, message and untouched tensors.
-template <int kSlots, typename MakeCase, typename RunCpp, typename RunAcl>
-void CheckTable(const std::vector<ErrorRow<kSlots>>& rows, MakeCase make, RunCpp run_cpp, RunAcl run_acl) {
+template <typename Args, typename MakeCase>
+void CheckTable(const std::vector<ErrorRow<Args>>& rows, MakeCase make) {
   {
-    Case<kSlots> ok = make();
-    ASSERT_EQ(run_cpp(ok).code, 0) << "the base case must be valid: " << run_cpp(ok).message;
-    Case<kSlots> ok2 = make();
-    ASSERT_EQ(run_acl(ok2).code, 0) << "the base case must be valid: " << run_acl(ok2).message;
+    Case<Args> ok = make();
+    ASSERT_EQ(CppOutcome(ok).code, 0) << "the base case must be valid: " << CppOutcome(ok).message;
+    Case<Args> ok2 = make();
+    ASSERT_EQ(AclOutcome(ok2).code, 0) << "the base case must be valid: " << AclOutcome(ok2).message;
   }
   for (const auto& row : rows) {
     for (int api = 0; api < 2; ++api) {
       if ((api == 0 && row.where == kAclOnly) || (api == 1 && row.where == kCppOnly)) continue;
       SCOPED_TRACE(std::string(row.name) + (api == 0 ? " (C++)" : " (aclnn)"));
-      Case<kSlots> c = make();
+      Case<Args> c = make();
       row.mutate(c);
       std::vector<std::vector<uint8_t>> before;
       for (auto& t : c.t) before.push_back(t ? t->Snapshot() : std::vector<uint8_t>());
-      const Outcome o = api == 0 ? run_cpp(c) : run_acl(c);
+      const Outcome o = api == 0 ? CppOutcome(c) : AclOutcome(c);
       EXPECT_EQ(o.code, row.code) << o.message;
-      EXPECT_NE(o.message.find(row.message), std::string::npos) << "want: " << row.message << "message: " << o.message;
-      EXPECT_EQ(o.message.find('\n'), std::string::npos) << "one line: " << o.message;
+      ExpectErrorMessage(o.message, OpInfo<Args>::kName, row.message);
       if (api == 1) {
         EXPECT_EQ(o.phase, row.phase) << o.message;
       }
-      for (int i = 0; i < kSlots; ++i) {
+      for (int i = 0; i < Case<Args>::kSlots; ++i) {
         if (c.t[i]) {
           EXPECT_TRUE(c.t[i]->SameBytes(before[static_cast<size_t>(i)])) << "tensor " << i << " changed";
         }
@@ -97,29 +133,12 @@ void CheckTable(const std::vector<ErrorRow<kSlots>>& rows, MakeCase make, RunCpp
   }
 }
 
-// Phase one then phase two through aclnn, with a workspace of the reported size.
-template <typename PhaseOne, typename PhaseTwo>
-Outcome AclTwoPhases(PhaseOne one, PhaseTwo two) {
-  uint64_t ws_size = 0;
-  aclOpExecutor* ex = reinterpret_cast<aclOpExecutor*>(&ws_size);  // must be overwritten
-  aclnnStatus st = one(&ws_size, &ex);
-  if (st != ACLNN_SUCCESS) {
-    EXPECT_EQ(ex, nullptr) << "a failed phase one must leave *executor null";
-    return {st, aclGetRecentErrMsg(), 1};
-  }
-  std::vector<char> ws(ws_size + 64);
-  char* aligned = ws.data() + (64 - reinterpret_cast<uintptr_t>(ws.data()) % 64) % 64;
-  st = two(ws_size ? aligned : nullptr, ws_size, ex);
-  if (st != ACLNN_SUCCESS) return {st, aclGetRecentErrMsg(), 2};
-  return {0, "", 0};
-}
-
 // --- MoeFinalizeRoutingV2: slots x, idx, x1, x2, bias, scales, expertIdx, out --------------------------------
-using FinCase = Case<8>;
+using FinalizeRoutingV2Case = Case<FinalizeRoutingV2Args>;
 constexpr int64_t kR = 4, kK = 2, kH = 5, kE = 3, kC = 3;
 
-FinCase FinBase(int64_t mode) {
-  FinCase c;
+FinalizeRoutingV2Case FinalizeRoutingV2Base(int64_t mode) {
+  FinalizeRoutingV2Case c;
   const bool dp = mode == 1 || mode == 3;
   const DType f = DType::kFloat32;
   c.t[0] = dp ? TestTensor(f, {kE, kC, kH}) : TestTensor(f, {kR * kK, kH});
@@ -134,57 +153,29 @@ FinCase FinBase(int64_t mode) {
   c.t[7] = TestTensor(f, {kR, kH});
   std::mt19937_64 rng(3);
   for (int i : {0, 2, 3, 4, 5}) c.t[i]->FillUniform(rng);
-  c.attr = mode;
+  c.attrs = {mode};
   return c;
 }
 
-Outcome FinCpp(const FinCase& c) {
-  FinalizeRoutingV2Args a;
-  a.expanded_x = *c.View(0);
-  a.expanded_row_idx = *c.View(1);
-  a.x1 = c.View(2);
-  a.x2 = c.View(3);
-  a.bias = c.View(4);
-  a.scales = c.View(5);
-  a.expert_idx = c.View(6);
-  a.drop_pad_mode = c.attr;
-  a.out = *c.View(7);
-  const Status s = FinalizeRoutingV2(a);
-  return {static_cast<int>(s.code()), s.message(), 0};
-}
-
-Outcome FinAcl(FinCase& c) {
-  aclTensor* t[8] = {};
-  for (int i = 0; i < 8; ++i) t[i] = c.t[c.source[i]] ? AclOf(*c.t[c.source[i]]) : nullptr;
-  const Outcome o = AclTwoPhases(
-      [&](uint64_t* ws, aclOpExecutor** ex) {
-        return aclnnMoeFinalizeRoutingV2GetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], t[6], c.attr, t[7], ws, ex);
-      },
-      [&](void* ws, uint64_t size, aclOpExecutor* ex) { return aclnnMoeFinalizeRoutingV2(ws, size, ex, nullptr); });
-  for (aclTensor* x : t) {
-    if (x) aclDestroyTensor(x);
-  }
-  return o;
-}
-
 TEST(ForwardErrors, FinalizeRoutingV2) {
-  using Row = ErrorRow<8>;
+  using Row = ErrorRow<FinalizeRoutingV2Args>;
+  using C = FinalizeRoutingV2Case;
   const DType f32 = DType::kFloat32, f16 = DType::kFloat16, i32 = DType::kInt32;
-  auto set = [](int slot, TestTensor t) { return [slot, t](FinCase& c) { c.t[slot] = t; }; };
-  auto idx_value = [](int64_t i, int64_t v) { return [i, v](FinCase& c) { c.t[1]->SetI(i, v); }; };
+  auto set = [](int slot, TestTensor t) { return [slot, t](C& c) { c.t[slot] = t; }; };
+  auto idx_value = [](int64_t i, int64_t v) { return [i, v](C& c) { c.t[1]->SetI(i, v); }; };
   for (int64_t mode : {0, 1, 2, 3}) {
     SCOPED_TRACE("dropPadMode " + std::to_string(mode));
     const bool dp = mode == 1 || mode == 3;
     const int64_t rows = dp ? kE * kC : kR * kK;
     std::vector<Row> table = {
-        {"no expandedX", [](FinCase& c) { c.t[0].reset(); }, kNullptr, "expandedX is required", 1, kAclOnly},
-        {"no expandedRowIdx", [](FinCase& c) { c.t[1].reset(); }, kNullptr, "expandedRowIdx is required", 1, kAclOnly},
-        {"no out", [](FinCase& c) { c.t[7].reset(); }, kNullptr, "out is required", 1, kAclOnly},
-        {"bias without expertIdx", [](FinCase& c) { c.t[6].reset(); }, kNullptr, "expertIdx (required with bias)", 1},
-        {"dropPadMode 4", [](FinCase& c) { c.attr = 4; }, kInvalid, "dropPadMode = 4 must be", 1},
-        {"dropPadMode -1", [](FinCase& c) { c.attr = -1; }, kInvalid, "dropPadMode = -1 must be", 1},
+        {"no expandedX", [](C& c) { c.t[0].reset(); }, kNullptr, "expandedX is required", 1, kAclOnly},
+        {"no expandedRowIdx", [](C& c) { c.t[1].reset(); }, kNullptr, "expandedRowIdx is required", 1, kAclOnly},
+        {"no out", [](C& c) { c.t[7].reset(); }, kNullptr, "out is required", 1, kAclOnly},
+        {"bias without expertIdx", [](C& c) { c.t[6].reset(); }, kNullptr, "expertIdx (required with bias)", 1},
+        {"dropPadMode 4", [](C& c) { c.attrs[0] = 4; }, kInvalid, "dropPadMode = 4 must be", 1},
+        {"dropPadMode -1", [](C& c) { c.attrs[0] = -1; }, kInvalid, "dropPadMode = -1 must be", 1},
         {"out 3-D", set(7, TestTensor(f32, {kR, kH, 1})), kInvalid, "out must be 2-D", 1},
-        {"expandedX INT32", [](FinCase& c) { c.t[0] = TestTensor(DType::kInt32, c.t[0]->sizes_vector()); }, kInvalid,
+        {"expandedX INT32", [](C& c) { c.t[0] = TestTensor(DType::kInt32, c.t[0]->sizes_vector()); }, kInvalid,
          "expandedX has dtype INT32 but must be FLOAT32, FLOAT16 or BFLOAT16", 1},
         {"expandedRowIdx 2-D", set(1, TestTensor(i32, {kR, kK})), kInvalid, "expandedRowIdx must be 1-D", 1},
         {"expandedRowIdx INT64", set(1, TestTensor(DType::kInt64, {kR * kK})), kInvalid,
@@ -194,12 +185,12 @@ TEST(ForwardErrors, FinalizeRoutingV2) {
         {"pairs != R*K", set(5, TestTensor(f32, {kR, kK + 1})), kInvalid,
          "expandedRowIdx has 8 elements but must have R*K = 4 * 3", 1},
         {"pairs not a multiple of R",
-         [](FinCase& c) {
+         [](C& c) {
            c.t[5].reset(); c.t[4].reset(); c.t[1] = TestTensor(DType::kInt32, {kR * kK + 1});
          },
          kInvalid, "expandedRowIdx has 9 elements, not a multiple of the 4 rows of out", 1},
         {"R = 0 with pairs",
-         [](FinCase& c) {
+         [](C& c) {
            c.t[5].reset(); c.t[4].reset(); c.t[6].reset(); c.t[2].reset(); c.t[3].reset();
            c.t[7] = TestTensor(DType::kFloat32, {0, kH});
          },
@@ -219,22 +210,22 @@ TEST(ForwardErrors, FinalizeRoutingV2) {
         {"bias dtype", set(4, TestTensor(f16, {kE, kH})), kInvalid, "bias has dtype FLOAT16", 1},
         {"scales dtype", set(5, TestTensor(f16, {kR, kK})), kInvalid, "scales has dtype FLOAT16", 1},
         {"out dtype", set(7, TestTensor(f16, {kR, kH})), kInvalid, "out has dtype FLOAT16 but expandedX has FLOAT32", 1},
-        {"out aliases x1", [](FinCase& c) { c.source[7] = 2; }, kInvalid, "out overlaps x1", 1},
-        {"out aliases expandedX", [](FinCase& c) { c.t[7] = c.t[2]; c.source[7] = 0;
+        {"out aliases x1", [](C& c) { c.source[7] = 2; }, kInvalid, "out overlaps x1", 1},
+        {"out aliases expandedX", [](C& c) { c.t[7] = c.t[2]; c.source[7] = 0;
            c.tweak = [](int i, TensorView* v) { if (i == 7) { v->sizes[0] = kR; v->sizes[1] = kH; v->rank = 2; v->strides[0] = kH; v->strides[1] = 1; } }; },
          kInvalid, "out overlaps expandedX", 1, kCppOnly},
-        {"negative stride", [](FinCase& c) { c.tweak = [](int i, TensorView* v) { if (i == 2) v->strides[1] = -1; }; },
+        {"negative stride", [](C& c) { c.tweak = [](int i, TensorView* v) { if (i == 2) v->strides[1] = -1; }; },
          kInvalid, "x1 has negative stride -1 in dimension 1", 1, kCppOnly},
-        {"null data", [](FinCase& c) { c.tweak = [](int i, TensorView* v) { if (i == 5) v->data = nullptr; }; },
+        {"null data", [](C& c) { c.tweak = [](int i, TensorView* v) { if (i == 5) v->data = nullptr; }; },
          kNullptr, "scales has shape (4, 2) but its data pointer is null", 1, kCppOnly},
         {"index past the rows", idx_value(3, rows), kInvalid,
          std::string("expandedRowIdx[3] = ") + std::to_string(rows) + " is outside [" + (dp ? "-1" : "0") + ", " +
              std::to_string(rows) + ") for dropPadMode " + std::to_string(mode),
          2},
         {"index -2", idx_value(7, -2), kInvalid, "expandedRowIdx[7] = -2 is outside", 2},
-        {"expertIdx past bias rows", [](FinCase& c) { c.t[6]->SetI(5, kE); }, kInvalid,
+        {"expertIdx past bias rows", [](C& c) { c.t[6]->SetI(5, kE); }, kInvalid,
          "expertIdx[5] = 3 is outside [0, 3), the rows of bias", 2},
-        {"expertIdx negative", [](FinCase& c) { c.t[6]->SetI(0, -1); }, kInvalid, "expertIdx[0] = -1 is outside", 2},
+        {"expertIdx negative", [](C& c) { c.t[6]->SetI(0, -1); }, kInvalid, "expertIdx[0] = -1 is outside", 2},
     };
     if (dp) {
       table.push_back({"bias rows != E", set(4, TestTensor(f32, {kE + 1, kH})), kInvalid,
@@ -242,17 +233,17 @@ TEST(ForwardErrors, FinalizeRoutingV2) {
     } else {
       table.push_back({"index -1 without drops", idx_value(2, -1), kInvalid, "expandedRowIdx[2] = -1 is outside [0, 8)", 2});
     }
-    CheckTable<8>(table, [mode] { return FinBase(mode); }, FinCpp, FinAcl);
+    CheckTable(table, [mode] { return FinalizeRoutingV2Base(mode); });
   }
 }
 
 // --- MoeTokenPermuteWithRoutingMap: slots tokens, routingMap, probs, permuteTokensOut, permuteProbsOut,
 // sortedIndicesOut -------------------------------------------------------------------------------------------
-using PermCase = Case<6>;
+using TokenPermuteWithRoutingMapCase = Case<TokenPermuteWithRoutingMapArgs>;
 constexpr int64_t kT = 5, kPE = 4, kPH = 3, kPK = 2, kPC = 3;
 
-PermCase PermBase(bool dp) {
-  PermCase c;
+TokenPermuteWithRoutingMapCase TokenPermuteWithRoutingMapBase(bool dp) {
+  TokenPermuteWithRoutingMapCase c;
   const DType f = DType::kFloat32;
   const int64_t n = dp ? kPE * kPC : kT * kPK;
   c.t[0] = TestTensor(f, {kT, kPH});
@@ -267,55 +258,24 @@ PermCase PermBase(bool dp) {
   std::mt19937_64 rng(5);
   c.t[0]->FillUniform(rng);
   c.t[2]->FillUniform(rng);
-  c.attr = n;
-  c.flag = dp;
+  c.attrs = {n, dp};
   return c;
 }
 
-Outcome PermCpp(const PermCase& c) {
-  TokenPermuteWithRoutingMapArgs a;
-  a.tokens = *c.View(0);
-  a.routing_map = *c.View(1);
-  a.probs = c.View(2);
-  a.num_out_tokens = c.attr;
-  a.drop_and_pad = c.flag;
-  a.permute_tokens = *c.View(3);
-  a.permute_probs = c.View(4);
-  a.sorted_indices = *c.View(5);
-  const Status s = TokenPermuteWithRoutingMap(a);
-  return {static_cast<int>(s.code()), s.message(), 0};
-}
-
-Outcome PermAcl(PermCase& c) {
-  aclTensor* t[6] = {};
-  for (int i = 0; i < 6; ++i) t[i] = c.t[c.source[i]] ? AclOf(*c.t[c.source[i]]) : nullptr;
-  const Outcome o = AclTwoPhases(
-      [&](uint64_t* ws, aclOpExecutor** ex) {
-        return aclnnMoeTokenPermuteWithRoutingMapGetWorkspaceSize(t[0], t[1], t[2], c.attr, c.flag, t[3], t[4], t[5],
-                                                                  ws, ex);
-      },
-      [&](void* ws, uint64_t size, aclOpExecutor* ex) {
-        return aclnnMoeTokenPermuteWithRoutingMap(ws, size, ex, nullptr);
-      });
-  for (aclTensor* x : t) {
-    if (x) aclDestroyTensor(x);
-  }
-  return o;
-}
-
 TEST(ForwardErrors, TokenPermuteWithRoutingMap) {
-  using Row = ErrorRow<6>;
+  using Row = ErrorRow<TokenPermuteWithRoutingMapArgs>;
+  using C = TokenPermuteWithRoutingMapCase;
   const DType f32 = DType::kFloat32;
-  auto set = [](int slot, TestTensor t) { return [slot, t](PermCase& c) { c.t[slot] = t; }; };
+  auto set = [](int slot, TestTensor t) { return [slot, t](C& c) { c.t[slot] = t; }; };
   for (bool dp : {false, true}) {
     SCOPED_TRACE(dp ? "drop-and-pad" : "dropless");
     const int64_t n = dp ? kPE * kPC : kT * kPK;
     std::vector<Row> table = {
-        {"no tokens", [](PermCase& c) { c.t[0].reset(); }, kNullptr, "tokens is required", 1, kAclOnly},
-        {"no routingMap", [](PermCase& c) { c.t[1].reset(); }, kNullptr, "routingMap is required", 1, kAclOnly},
-        {"no permuteTokensOut", [](PermCase& c) { c.t[3].reset(); }, kNullptr, "permuteTokensOut is required", 1, kAclOnly},
-        {"no sortedIndicesOut", [](PermCase& c) { c.t[5].reset(); }, kNullptr, "sortedIndicesOut is required", 1, kAclOnly},
-        {"probs without permuteProbsOut", [](PermCase& c) { c.t[4].reset(); }, kNullptr,
+        {"no tokens", [](C& c) { c.t[0].reset(); }, kNullptr, "tokens is required", 1, kAclOnly},
+        {"no routingMap", [](C& c) { c.t[1].reset(); }, kNullptr, "routingMap is required", 1, kAclOnly},
+        {"no permuteTokensOut", [](C& c) { c.t[3].reset(); }, kNullptr, "permuteTokensOut is required", 1, kAclOnly},
+        {"no sortedIndicesOut", [](C& c) { c.t[5].reset(); }, kNullptr, "sortedIndicesOut is required", 1, kAclOnly},
+        {"probs without permuteProbsOut", [](C& c) { c.t[4].reset(); }, kNullptr,
          "permuteProbsOut (required with probs)", 1},
         {"tokens 1-D", set(0, TestTensor(f32, {kT})), kInvalid, "tokens must be 2-D", 1},
         {"tokens INT32", set(0, TestTensor(DType::kInt32, {kT, kPH})), kInvalid, "tokens has dtype INT32 but must be", 1},
@@ -328,9 +288,10 @@ TEST(ForwardErrors, TokenPermuteWithRoutingMap) {
         {"probs shape", set(2, TestTensor(f32, {kT, kPE + 1})), kInvalid, "probs has shape (5, 5) but must be (5, 4)", 1},
         {"probs dtype", set(2, TestTensor(DType::kFloat16, {kT, kPE})), kInvalid,
          "probs has dtype FLOAT16 but tokens has FLOAT32", 1},
-        {"numOutTokens -1", [](PermCase& c) { c.attr = -1; }, kInvalid, "numOutTokens = -1 is outside [0, T*E] = [0, 20]", 1},
-        {"numOutTokens > T*E", [](PermCase& c) { c.attr = kT * kPE + 1; }, kInvalid, "numOutTokens = 21 is outside", 1},
-        {"numOutTokens not a multiple", [](PermCase& c) { c.attr = 7; }, kInvalid,
+        {"numOutTokens -1", [](C& c) { c.attrs[0] = -1; }, kInvalid,
+         "numOutTokens = -1 is outside [0, T*E] = [0, 20]", 1},
+        {"numOutTokens > T*E", [](C& c) { c.attrs[0] = kT * kPE + 1; }, kInvalid, "numOutTokens = 21 is outside", 1},
+        {"numOutTokens not a multiple", [](C& c) { c.attrs[0] = 7; }, kInvalid,
          dp ? "numOutTokens = 7 is not a multiple of E = 4" : "numOutTokens = 7 is not a multiple of T = 5", 1},
         {"permuteTokensOut rows", set(3, TestTensor(f32, {n + 1, kPH})), kInvalid, "permuteTokensOut has shape", 1},
         {"permuteTokensOut H", set(3, TestTensor(f32, {n, kPH + 1})), kInvalid, "permuteTokensOut has shape", 1},
@@ -342,27 +303,27 @@ TEST(ForwardErrors, TokenPermuteWithRoutingMap) {
         {"sortedIndicesOut INT64", set(5, TestTensor(DType::kInt64, {n})), kInvalid,
          "sortedIndicesOut has dtype INT64 but must be INT32", 1},
         {"permuteProbsOut aliases probs",
-         [n](PermCase& c) {
+         [n](C& c) {
            c.source[4] = 2;
            c.tweak = [n](int i, TensorView* v) {
              if (i == 4) *v = TensorView(v->data, v->dtype, {n});
            };
          },
          kInvalid, "permuteProbsOut overlaps probs", 1, kCppOnly},
-        {"negative size", [](PermCase& c) { c.tweak = [](int i, TensorView* v) { if (i == 0) v->sizes[0] = -1; }; },
+        {"negative size", [](C& c) { c.tweak = [](int i, TensorView* v) { if (i == 0) v->sizes[0] = -1; }; },
          kInvalid, "tokens has negative size -1", 1, kCppOnly},
-        {"null data", [](PermCase& c) { c.tweak = [](int i, TensorView* v) { if (i == 3) v->data = nullptr; }; },
+        {"null data", [](C& c) { c.tweak = [](int i, TensorView* v) { if (i == 3) v->data = nullptr; }; },
          kNullptr, "permuteTokensOut has shape", 1, kCppOnly},
     };
     if (!dp) {
-      table.push_back({"row with an extra entry", [](PermCase& c) { c.t[1]->SetI(2 * kPE + 0, 5); },
+      table.push_back({"row with an extra entry", [](C& c) { c.t[1]->SetI(2 * kPE + 0, 5); },
                        kInvalid, "routingMap row 2 has 3 routed entries but dropless mode needs exactly K = numOutTokens / T = 10 / 5 = 2", 2});
-      table.push_back({"row short of K", [](PermCase& c) { c.t[1]->SetI(4 * kPE + 0, 0); }, kInvalid,
+      table.push_back({"row short of K", [](C& c) { c.t[1]->SetI(4 * kPE + 0, 0); }, kInvalid,
                        "routingMap row 4 has 1 routed entries", 2});
       // A map of 40 experts: read 16 bytes at a time, the last 8 one by one; row 3 has a third entry in each part.
       for (int64_t extra : {12, 37}) {
         table.push_back({"wide map, row with an extra entry",
-                         [extra](PermCase& c) {
+                         [extra](C& c) {
                            constexpr int64_t kWide = 40;
                            c.t[1] = TestTensor(DType::kInt8, {kT, kWide});
                            for (int64_t t = 0; t < kT; ++t) {
@@ -376,25 +337,18 @@ TEST(ForwardErrors, TokenPermuteWithRoutingMap) {
                          "10 / 5 = 2",
                          2});
       }
-      table.push_back({"K = 0 but routed", [](PermCase& c) { c.attr = 0; c.t[3] = TestTensor(DType::kFloat32, {0, kPH});
+      table.push_back({"K = 0 but routed", [](C& c) { c.attrs[0] = 0; c.t[3] = TestTensor(DType::kFloat32, {0, kPH});
                          c.t[4] = TestTensor(DType::kFloat32, {0}); c.t[5] = TestTensor(DType::kInt32, {0}); },
                        kInvalid, "routingMap row 0 has 2 routed entries but dropless mode needs exactly K = numOutTokens / T = 0 / 5 = 0", 2});
     }
-    CheckTable<6>(table, [dp] { return PermBase(dp); }, PermCpp, PermAcl);
+    CheckTable(table, [dp] { return TokenPermuteWithRoutingMapBase(dp); });
   }
 }
 
 // The workspace rules of phase two: too small is INVALID, null with a non-zero size is NULLPTR.
-TEST(ForwardErrors, PermuteWorkspace) {
-  PermCase c = PermBase(false);
-  TokenPermuteWithRoutingMapArgs a;
-  a.tokens = *c.View(0);
-  a.routing_map = *c.View(1);
-  a.probs = c.View(2);
-  a.num_out_tokens = c.attr;
-  a.permute_tokens = *c.View(3);
-  a.permute_probs = c.View(4);
-  a.sorted_indices = *c.View(5);
+TEST(ForwardErrors, TokenPermuteWithRoutingMapWorkspace) {
+  TokenPermuteWithRoutingMapCase c = TokenPermuteWithRoutingMapBase(false);
+  const TokenPermuteWithRoutingMapArgs a = c.CppArgs();
   Plan plan;
   ASSERT_TRUE(PlanTokenPermuteWithRoutingMap(a, &plan).ok());
   ASSERT_GT(plan.workspace_size(), 0u);

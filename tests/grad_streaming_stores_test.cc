@@ -13,41 +13,42 @@
 
 #include "moegrad/ops.hpp"
 #include "src/ref/reference.h"
-#include "tests/support/finalize_grad_tester.h"
+#include "tests/support/api.h"
+#include "tests/support/finalize_routing_v2_grad_tester.h"
 #include "tests/support/test_tensor.h"
 
 namespace moegrad {
 namespace {
 
 using testing::ElementBits;
-using testing::FinalizeGradTester;
+using testing::FinalizeRoutingV2GradTester;
 using testing::TestTensor;
 
 constexpr int64_t kHidden = 2049;  // rows of 8196 (f32) or 4098 (16-bit) bytes: every offset within a line
 
-TEST(GradStreamingStores, FinalizeDropless) {
+TEST(GradStreamingStores, FinalizeRoutingV2GradDropless) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     // 2048 rows of gradExpandedX: 16.8 MB in f32, 8.4 MB in 16-bit types.
-    FinalizeGradTester().tokens(256).topk(8).hidden(kHidden).mode(0).bias(true).experts(64).seed(3)
+    FinalizeRoutingV2GradTester().tokens(256).topk(8).hidden(kHidden).mode(0).bias(true).experts(64).seed(3)
         .TestDeterminism(dtype);
   }
 }
 
-TEST(GradStreamingStores, FinalizeDropPadWithUnwrittenRows) {
+TEST(GradStreamingStores, FinalizeRoutingV2GradDropPadWithUnwrittenRows) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
     // 64 experts x 40 slots for 2048 pairs: some experts overflow (dropped pairs), others leave zero rows.
-    FinalizeGradTester().tokens(256).topk(8).hidden(kHidden).mode(1).experts(64).capacity(40).seed(4)
+    FinalizeRoutingV2GradTester().tokens(256).topk(8).hidden(kHidden).mode(1).experts(64).capacity(40).seed(4)
         .TestDeterminism(dtype);
   }
 }
 
-TEST(GradStreamingStores, FinalizeDuplicatesTakeTheGeneralPath) {
-  FinalizeGradTester().tokens(256).topk(8).hidden(kHidden).mode(0).duplicates(true).seed(5)
+TEST(GradStreamingStores, FinalizeRoutingV2GradDuplicatesTakeTheGeneralPath) {
+  FinalizeRoutingV2GradTester().tokens(256).topk(8).hidden(kHidden).mode(0).duplicates(true).seed(5)
       .TestDeterminism(DType::kBFloat16);
 }
 
 // Permute grad: tokensGrad of T = 2048 rows (8.4 MB in 16-bit types), dropless or drop-and-pad.
-void CheckPermute(DType dtype, bool drop_and_pad, uint64_t seed) {
+void CheckTokenPermuteWithRoutingMapGrad(DType dtype, bool drop_and_pad, uint64_t seed) {
   SCOPED_TRACE(std::string(DTypeName(dtype)) + (drop_and_pad ? " drop-and-pad" : " dropless"));
   const int64_t T = 2048, E = 16, K = 2, C = 256;
   const int64_t N = drop_and_pad ? E * C : T * K;
@@ -74,50 +75,38 @@ void CheckPermute(DType dtype, bool drop_and_pad, uint64_t seed) {
   TestTensor want_tokens(dtype, {T, kHidden}, testing::Layout::kContiguous, seed + 4);
   TestTensor want_probs(dtype, {T, E}, testing::Layout::kContiguous, seed + 5);
   const TestTensor tokens_before = want_tokens, probs_before = want_probs;
-  auto args = [&](TestTensor& tokens, TestTensor& probs) {
-    TokenPermuteWithRoutingMapGradArgs a;
-    a.permuted_token_output_grad = grad;
-    a.permuted_probs_output_grad = probs_in.view();
-    a.sorted_indices = idx;
-    a.routing_map = map.view();
-    a.num_experts = E;
-    a.tokens_num = T;
-    a.drop_and_pad = drop_and_pad;
-    a.tokens_grad = tokens;
-    a.probs_grad = probs.view();
-    return a;
+  // The call writing `tokens` and `probs` (its tensors in the C signature's order).
+  auto call = [&](TestTensor& tokens, TestTensor& probs) {
+    return testing::TestCall<TokenPermuteWithRoutingMapGradArgs>{{&grad, &probs_in, &idx, &map, &tokens, &probs},
+                                                                 {E, T, drop_and_pad}};
   };
-  ref::TokenPermuteWithRoutingMapGrad(args(want_tokens, want_probs));
+  ref::TokenPermuteWithRoutingMapGrad(call(want_tokens, want_probs).CppArgs());
 
-  for (int threads : {1, 2, 3}) {
-    SetNumThreads(threads);
-    testing::ForEachSimdTarget([&] {
-      const std::string run = std::string(SimdTarget()) + " x " + std::to_string(threads) + " threads";
-      TestTensor tokens = tokens_before, probs = probs_before;
-      const Status s = TokenPermuteWithRoutingMapGrad(args(tokens, probs));
-      ASSERT_TRUE(s.ok()) << s.message() << " " << run;
-      int64_t bad = -1;
-      for (int64_t i = 0; i < tokens.numel() && bad < 0; ++i) {
-        if (ElementBits(tokens, i) != ElementBits(want_tokens, i)) bad = i;
-      }
-      EXPECT_EQ(bad, -1) << "tokensGrad element " << bad << " differs from the reference on " << run;
-      for (int64_t i = 0; i < probs.numel(); ++i) {
-        ASSERT_EQ(ElementBits(probs, i), ElementBits(want_probs, i)) << "probsGrad element " << i << " " << run;
-      }
-      EXPECT_TRUE(tokens.OutsideViewUnchanged(tokens_before.Snapshot())) << run;
-    });
-  }
-  SetNumThreads(0);
+  testing::ForEachThreadCountAndSimdTarget([&](int threads) {
+    const std::string run = std::string(SimdTarget()) + " x " + std::to_string(threads) + " threads";
+    TestTensor tokens = tokens_before, probs = probs_before;
+    const Status s = call(tokens, probs).Run(testing::Api::kCpp);
+    ASSERT_TRUE(s.ok()) << s.message() << " " << run;
+    int64_t bad = -1;
+    for (int64_t i = 0; i < tokens.numel() && bad < 0; ++i) {
+      if (ElementBits(tokens, i) != ElementBits(want_tokens, i)) bad = i;
+    }
+    EXPECT_EQ(bad, -1) << "tokensGrad element " << bad << " differs from the reference on " << run;
+    for (int64_t i = 0; i < probs.numel(); ++i) {
+      ASSERT_EQ(ElementBits(probs, i), ElementBits(want_probs, i)) << "probsGrad element " << i << " " << run;
+    }
+    EXPECT_TRUE(tokens.OutsideViewUnchanged(tokens_before.Snapshot())) << run;
+  });
 }
 
-TEST(GradStreamingStores, PermuteDropless) {
-  CheckPermute(DType::kFloat32, false, 11);
-  CheckPermute(DType::kBFloat16, false, 12);
+TEST(GradStreamingStores, TokenPermuteWithRoutingMapGradDropless) {
+  CheckTokenPermuteWithRoutingMapGrad(DType::kFloat32, false, 11);
+  CheckTokenPermuteWithRoutingMapGrad(DType::kBFloat16, false, 12);
 }
 
-TEST(GradStreamingStores, PermuteDropAndPad) {
-  CheckPermute(DType::kFloat32, true, 13);
-  CheckPermute(DType::kFloat16, true, 14);
+TEST(GradStreamingStores, TokenPermuteWithRoutingMapGradDropAndPad) {
+  CheckTokenPermuteWithRoutingMapGrad(DType::kFloat32, true, 13);
+  CheckTokenPermuteWithRoutingMapGrad(DType::kFloat16, true, 14);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
 #include "moegrad/ops.hpp"
 #include "src/testing/float16.h"
+#include "tests/support/api.h"
 
 namespace moegrad {
 namespace {
@@ -71,7 +72,7 @@ TensorView Bf16View(void* data, int64_t rows, int64_t row_stride) {
 }
 
 // Mode 0, K = 1, with scales: gradY and gradExpandedX real, expandedX one broadcast row.
-TEST(LargeTensors, FinalizeGradDroplessWithScales) {
+TEST(LargeTensors, FinalizeRoutingV2GradDroplessWithScales) {
   auto grad_y = std::make_unique<Bf16Buffer>(kRows * kH);
   auto grad_x = std::make_unique<Bf16Buffer>(kRows * kH);
   ASSERT_TRUE(grad_y->data && grad_x->data) << "needs about 9.2 GB of memory";
@@ -111,7 +112,7 @@ TEST(LargeTensors, FinalizeGradDroplessWithScales) {
 
 // Mode 1 (E, C, H) output past 2^31 elements, every 97th pair dropped: its row must be zero. gradY is one
 // broadcast row, so only the output is large.
-TEST(LargeTensors, FinalizeGradDropPadThreeDimensional) {
+TEST(LargeTensors, FinalizeRoutingV2GradDropPadThreeDimensional) {
   const int64_t E = 64, C = kRows / E;
   auto grad_x = std::make_unique<Bf16Buffer>(E * C * kH);
   ASSERT_TRUE(grad_x->data) << "needs about 4.6 GB of memory";
@@ -148,10 +149,7 @@ TEST(LargeTensors, FinalizeGradDropPadThreeDimensional) {
   }
 }
 
-struct AclTensorDeleter {
-  void operator()(aclTensor* t) const { aclDestroyTensor(t); }
-};
-using AclTensorPtr = std::unique_ptr<aclTensor, AclTensorDeleter>;
+using testing::AclTensorPtr;
 
 AclTensorPtr MakeAcl(std::vector<int64_t> dims, std::vector<int64_t> strides, aclDataType dt, int64_t storage,
                      void* data) {
@@ -160,7 +158,7 @@ AclTensorPtr MakeAcl(std::vector<int64_t> dims, std::vector<int64_t> strides, ac
 }
 
 // Dropless, K = 1, with probs, through aclnn: tokensGrad[t] = grad[sortedIndices[t]].
-TEST(LargeTensors, PermuteGradDroplessThroughAclnn) {
+TEST(LargeTensors, TokenPermuteWithRoutingMapGradDroplessThroughAclnn) {
   const int64_t T = kRows, E = 8, N = T;
   auto grad = std::make_unique<Bf16Buffer>(N * kH);
   auto tokens_grad = std::make_unique<Bf16Buffer>(T * kH);
@@ -211,7 +209,7 @@ TEST(LargeTensors, PermuteGradDroplessThroughAclnn) {
 
 // Drop-and-pad with E = 2 and C = T: each token gathers rows t and T + t of a broadcast gradient, so
 // tokensGrad[t] = rne(g + g) = 2g exactly; only the output is large.
-TEST(LargeTensors, PermuteGradDropAndPadBroadcastInput) {
+TEST(LargeTensors, TokenPermuteWithRoutingMapGradDropAndPadBroadcastInput) {
   const int64_t T = kRows, E = 2, C = T, N = E * C;
   auto tokens_grad = std::make_unique<Bf16Buffer>(T * kH);
   ASSERT_TRUE(tokens_grad->data) << "needs about 4.6 GB of memory";

@@ -10,10 +10,7 @@
 #include <vector>
 
 #include "acl/acl.h"
-#include "aclnnop/aclnn_moe_finalize_routing_v2.h"
-#include "aclnnop/aclnn_moe_finalize_routing_v2_grad.h"
-#include "aclnnop/aclnn_moe_token_permute_with_routing_map.h"
-#include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
+#include "moegrad/op_info.hpp"
 #include "moegrad/ops.hpp"
 #include "tests/overflow_alias_util.h"
 
@@ -34,7 +31,7 @@ struct Named {
 };
 
 // One operator's small valid call (every optional tensor present, so every output is written), its tensors
-// by name in the order the operator checks them, and phase one through either API.
+// by name in OpInfo's order (the order the operator checks them), and phase one through either API.
 struct OpUnderTest {
   std::string op;
   std::vector<Named> inputs, outputs;
@@ -42,23 +39,20 @@ struct OpUnderTest {
 };
 
 template <typename Args>
-Outcome CppOutcome(const Args& a, Status (*plan_fn)(const Args&, Plan*)) {
-  Plan plan;
-  const Status s = plan_fn(a, &plan);
-  return {static_cast<int>(s.code()), s.message()};
+OpUnderTest Describe(Args& a) {
+  OpUnderTest t;
+  t.op = OpInfo<Args>::kName;
+  for (const TensorArg<Args>& arg : OpInfo<Args>::kTensors) {
+    TensorView* v = arg.required != nullptr ? &(a.*arg.required) : &*(a.*arg.optional);
+    (arg.role == ArgRole::kInput ? t.inputs : t.outputs).push_back({arg.name, v});
+  }
+  t.cpp = [&a] { return CppPlan(a); };
+  t.acl = [&a] { return AclPlan(a); };
+  return t;
 }
 
-// The aclnn phase one `call(workspaceSize, executor)`; a successful executor is destroyed unrun.
-Outcome AclOutcome(const std::function<aclnnStatus(uint64_t*, aclOpExecutor**)>& call) {
-  uint64_t ws = 0;
-  aclOpExecutor* ex = nullptr;
-  const aclnnStatus st = call(&ws, &ex);
-  if (st == ACLNN_SUCCESS) aclDestroyAclOpExecutor(ex);
-  return {st, st == ACLNN_SUCCESS ? "" : aclGetRecentErrMsg()};
-}
-
-OpUnderTest FinalizeGradOp(Arena& arena, FinalizeRoutingV2GradArgs& a) {
-  a = FinalizeRoutingV2GradArgs();
+// The small calls, over tensors 1 MiB apart in `arena`.
+void SetSmallCall(Arena& arena, FinalizeRoutingV2GradArgs& a) {
   a.grad_y = TensorView(arena.Slot(0), DType::kFloat32, {4, 8});
   a.expanded_row_idx = TensorView(arena.Slot(1), DType::kInt32, {8});
   a.expanded_x = TensorView(arena.Slot(2), DType::kFloat32, {8, 8});
@@ -67,18 +61,9 @@ OpUnderTest FinalizeGradOp(Arena& arena, FinalizeRoutingV2GradArgs& a) {
   a.bias = TensorView(arena.Slot(5), DType::kFloat32, {3, 8});
   a.grad_expanded_x = TensorView(arena.Slot(6), DType::kFloat32, {8, 8});
   a.grad_scales = TensorView(arena.Slot(7), DType::kFloat32, {4, 2});
-  OpUnderTest t;
-  t.op = "MoeFinalizeRoutingV2Grad";
-  t.inputs = {{"gradY", &a.grad_y}, {"expandedRowIdx", &a.expanded_row_idx}, {"expandedX", &*a.expanded_x},
-              {"scales", &*a.scales}, {"expertIdx", &*a.expert_idx}, {"bias", &*a.bias}};
-  t.outputs = {{"gradExpandedXOut", &a.grad_expanded_x}, {"gradScalesOut", &*a.grad_scales}};
-  t.cpp = [&a] { return CppOutcome(a, PlanFinalizeRoutingV2Grad); };
-  t.acl = [&a] { return AclPlan(a); };
-  return t;
 }
 
-OpUnderTest FinalizeOp(Arena& arena, FinalizeRoutingV2Args& a) {
-  a = FinalizeRoutingV2Args();
+void SetSmallCall(Arena& arena, FinalizeRoutingV2Args& a) {
   a.expanded_x = TensorView(arena.Slot(0), DType::kBFloat16, {8, 8});
   a.expanded_row_idx = TensorView(arena.Slot(1), DType::kInt32, {8});
   a.x1 = TensorView(arena.Slot(2), DType::kBFloat16, {4, 8});
@@ -88,26 +73,9 @@ OpUnderTest FinalizeOp(Arena& arena, FinalizeRoutingV2Args& a) {
   a.expert_idx = TensorView(arena.Slot(6), DType::kInt32, {4, 2});
   a.drop_pad_mode = 2;
   a.out = TensorView(arena.Slot(7), DType::kBFloat16, {4, 8});
-  OpUnderTest t;
-  t.op = "MoeFinalizeRoutingV2";
-  t.inputs = {{"expandedX", &a.expanded_x}, {"expandedRowIdx", &a.expanded_row_idx}, {"x1", &*a.x1},
-              {"x2", &*a.x2},           {"bias", &*a.bias},     {"scales", &*a.scales},
-              {"expertIdx", &*a.expert_idx}};
-  t.outputs = {{"out", &a.out}};
-  t.cpp = [&a] { return CppOutcome(a, PlanFinalizeRoutingV2); };
-  t.acl = [&a] {
-    AclTensorPtr x = ToAcl(a.expanded_x), idx = ToAcl(a.expanded_row_idx), x1 = ToAcl(a.x1), x2 = ToAcl(a.x2),
-                 b = ToAcl(a.bias), s = ToAcl(a.scales), e = ToAcl(a.expert_idx), o = ToAcl(a.out);
-    return AclOutcome([&](uint64_t* ws, aclOpExecutor** ex) {
-      return aclnnMoeFinalizeRoutingV2GetWorkspaceSize(x.get(), idx.get(), x1.get(), x2.get(), b.get(), s.get(),
-                                                       e.get(), a.drop_pad_mode, o.get(), ws, ex);
-    });
-  };
-  return t;
 }
 
-OpUnderTest PermuteOp(Arena& arena, TokenPermuteWithRoutingMapArgs& a) {
-  a = TokenPermuteWithRoutingMapArgs();
+void SetSmallCall(Arena& arena, TokenPermuteWithRoutingMapArgs& a) {
   a.tokens = TensorView(arena.Slot(0), DType::kFloat16, {4, 8});
   a.routing_map = TensorView(arena.Slot(1), DType::kInt8, {4, 3});
   a.probs = TensorView(arena.Slot(2), DType::kFloat16, {4, 3});
@@ -115,25 +83,9 @@ OpUnderTest PermuteOp(Arena& arena, TokenPermuteWithRoutingMapArgs& a) {
   a.permute_tokens = TensorView(arena.Slot(3), DType::kFloat16, {8, 8});
   a.permute_probs = TensorView(arena.Slot(4), DType::kFloat16, {8});
   a.sorted_indices = TensorView(arena.Slot(5), DType::kInt32, {8});
-  OpUnderTest t;
-  t.op = "MoeTokenPermuteWithRoutingMap";
-  t.inputs = {{"tokens", &a.tokens}, {"routingMap", &a.routing_map}, {"probs", &*a.probs}};
-  t.outputs = {{"permuteTokensOut", &a.permute_tokens}, {"permuteProbsOut", &*a.permute_probs},
-               {"sortedIndicesOut", &a.sorted_indices}};
-  t.cpp = [&a] { return CppOutcome(a, PlanTokenPermuteWithRoutingMap); };
-  t.acl = [&a] {
-    AclTensorPtr tok = ToAcl(a.tokens), map = ToAcl(a.routing_map), pr = ToAcl(a.probs),
-                 o = ToAcl(a.permute_tokens), op = ToAcl(a.permute_probs), si = ToAcl(a.sorted_indices);
-    return AclOutcome([&](uint64_t* ws, aclOpExecutor** ex) {
-      return aclnnMoeTokenPermuteWithRoutingMapGetWorkspaceSize(tok.get(), map.get(), pr.get(), a.num_out_tokens,
-                                                                a.drop_and_pad, o.get(), op.get(), si.get(), ws, ex);
-    });
-  };
-  return t;
 }
 
-OpUnderTest PermuteGradOp(Arena& arena, TokenPermuteWithRoutingMapGradArgs& a) {
-  a = TokenPermuteWithRoutingMapGradArgs();
+void SetSmallCall(Arena& arena, TokenPermuteWithRoutingMapGradArgs& a) {
   a.permuted_token_output_grad = TensorView(arena.Slot(0), DType::kFloat32, {8, 8});
   a.permuted_probs_output_grad = TensorView(arena.Slot(1), DType::kFloat32, {8});
   a.sorted_indices = TensorView(arena.Slot(2), DType::kInt32, {8});
@@ -142,54 +94,29 @@ OpUnderTest PermuteGradOp(Arena& arena, TokenPermuteWithRoutingMapGradArgs& a) {
   a.tokens_num = 4;
   a.tokens_grad = TensorView(arena.Slot(4), DType::kFloat32, {4, 8});
   a.probs_grad = TensorView(arena.Slot(5), DType::kFloat32, {4, 3});
-  OpUnderTest t;
-  t.op = "MoeTokenPermuteWithRoutingMapGrad";
-  t.inputs = {{"permutedTokenOutputGrad", &a.permuted_token_output_grad},
-              {"permutedProbsOutputGrad", &*a.permuted_probs_output_grad},
-              {"sortedIndices", &a.sorted_indices},
-              {"routingMap", &*a.routing_map}};
-  t.outputs = {{"tokensGradOut", &a.tokens_grad}, {"probsGradOut", &*a.probs_grad}};
-  t.cpp = [&a] { return CppOutcome(a, PlanTokenPermuteWithRoutingMapGrad); };
-  t.acl = [&a] {
-    AclTensorPtr g = ToAcl(a.permuted_token_output_grad), pg = ToAcl(a.permuted_probs_output_grad),
-                 si = ToAcl(a.sorted_indices), map = ToAcl(a.routing_map), tg = ToAcl(a.tokens_grad),
-                 pgo = ToAcl(a.probs_grad);
-    return AclOutcome([&](uint64_t* ws, aclOpExecutor** ex) {
-      return aclnnMoeTokenPermuteWithRoutingMapGradGetWorkspaceSize(g.get(), pg.get(), si.get(), map.get(),
-                                                                    a.num_experts, a.tokens_num, a.drop_and_pad,
-                                                                    tg.get(), pgo.get(), ws, ex);
-    });
-  };
-  return t;
 }
 
 // Runs `check` on each operator's fresh small call.
-void ForEachOp(const std::function<void(OpUnderTest&)>& check) {
+void ForEachSmallCall(const std::function<void(OpUnderTest&)>& check) {
   Arena arena;
-  FinalizeRoutingV2GradArgs fg;
-  FinalizeRoutingV2Args ff;
-  TokenPermuteWithRoutingMapArgs pf;
-  TokenPermuteWithRoutingMapGradArgs pg;
-  const std::function<OpUnderTest()> makers[] = {[&] { return FinalizeGradOp(arena, fg); },
-                                                 [&] { return FinalizeOp(arena, ff); },
-                                                 [&] { return PermuteOp(arena, pf); },
-                                                 [&] { return PermuteGradOp(arena, pg); }};
-  for (const auto& make : makers) {
-    OpUnderTest t = make();
+  ForEachOp([&](auto info) {
+    typename testing::ArgsOf<decltype(info)>::type a;
+    SetSmallCall(arena, a);
+    OpUnderTest t = Describe(a);
     SCOPED_TRACE(t.op);
     check(t);
-  }
+  });
 }
 
 TEST(EveryOperatorAlias, SmallCallsAreAccepted) {
-  ForEachOp([](OpUnderTest& t) {
+  ForEachSmallCall([](OpUnderTest& t) {
     EXPECT_EQ(t.cpp().status, 0) << t.cpp().message;
     EXPECT_EQ(t.acl().status, 0) << t.acl().message;
   });
 }
 
 TEST(EveryOperatorAlias, EachOutputOnEachInputAndOnEachOtherOutputIsRejected) {
-  ForEachOp([](OpUnderTest& t) {
+  ForEachSmallCall([](OpUnderTest& t) {
     for (size_t o = 0; o < t.outputs.size(); ++o) {
       std::vector<std::pair<Named, std::string>> others;  // (tensor, the message naming the pair)
       for (const Named& in : t.inputs) others.push_back({in, t.outputs[o].name + " overlaps " + in.name});
@@ -219,7 +146,7 @@ TEST(EveryOperatorAlias, EachOutputOnEachInputAndOnEachOtherOutputIsRejected) {
 // An output whose elements share memory (a stride of 0, or a stride smaller than the span of the inner
 // dimensions) would have threads racing on the same bytes: phase one rejects it through both APIs.
 TEST(EveryOperatorAlias, OutputsThatOverlapThemselvesAreRejected) {
-  ForEachOp([](OpUnderTest& t) {
+  ForEachSmallCall([](OpUnderTest& t) {
     for (const Named& out : t.outputs) {
       TensorView* v = out.view;
       for (int d = 0; d < v->rank; ++d) {
@@ -242,7 +169,7 @@ TEST(EveryOperatorAlias, OutputsThatOverlapThemselvesAreRejected) {
 }
 
 TEST(EveryOperatorOverflow, EachArgumentsElementCountIsChecked) {
-  ForEachOp([](OpUnderTest& t) {
+  ForEachSmallCall([](OpUnderTest& t) {
     std::vector<Named> all = t.inputs;
     all.insert(all.end(), t.outputs.begin(), t.outputs.end());
     const int64_t big = int64_t{1} << 40;
@@ -289,9 +216,9 @@ TEST(EveryOperatorOverflow, ExtremeAttributesWithEmptyTensors) {
     f.expanded_row_idx = TensorView(Fake(1), DType::kInt32, {0});
     f.drop_pad_mode = 3;
     f.out = TensorView(Fake(2), DType::kFloat32, {0, 0});
-    expect_status(CppOutcome(f, PlanFinalizeRoutingV2), "finalize experts");
+    expect_status(CppPlan(f), "finalize experts");
     f.drop_pad_mode = v;
-    expect_status(CppOutcome(f, PlanFinalizeRoutingV2), "finalize dropPadMode");
+    expect_status(CppPlan(f), "finalize dropPadMode");
 
     // MoeTokenPermuteWithRoutingMap: T = v tokens of hidden size 0, no experts; numOutTokens = v.
     for (const bool dp : {false, true}) {
@@ -302,9 +229,9 @@ TEST(EveryOperatorOverflow, ExtremeAttributesWithEmptyTensors) {
       p.drop_and_pad = dp;
       p.permute_tokens = TensorView(Fake(2), DType::kFloat32, {0, 0});
       p.sorted_indices = TensorView(Fake(3), DType::kInt32, {0});
-      expect_status(CppOutcome(p, PlanTokenPermuteWithRoutingMap), "permute tokens");
+      expect_status(CppPlan(p), "permute tokens");
       p.num_out_tokens = v;
-      expect_status(CppOutcome(p, PlanTokenPermuteWithRoutingMap), "permute numOutTokens");
+      expect_status(CppPlan(p), "permute numOutTokens");
     }
 
     // MoeTokenPermuteWithRoutingMapGrad: tokensNum = v and numExperts = v, N = 0 rows.
@@ -316,14 +243,14 @@ TEST(EveryOperatorOverflow, ExtremeAttributesWithEmptyTensors) {
       q.tokens_num = v;
       q.drop_and_pad = dp;
       q.tokens_grad = TensorView(Fake(2), DType::kFloat32, {v > 0 ? v : 1, 0});
-      expect_status(CppOutcome(q, PlanTokenPermuteWithRoutingMapGrad), "permute grad tokensNum");
+      expect_status(CppPlan(q), "permute grad tokensNum");
       q.num_experts = 4;
-      expect_status(CppOutcome(q, PlanTokenPermuteWithRoutingMapGrad), "permute grad tokensNum, 4 experts");
+      expect_status(CppPlan(q), "permute grad tokensNum, 4 experts");
     }
   }
 }
 
-TEST(EveryOperatorOverflow, PermuteGradWorkspaceOverflowIsRejected) {
+TEST(EveryOperatorOverflow, TokenPermuteWithRoutingMapGradWorkspaceOverflowIsRejected) {
   // Drop-and-pad keeps a (T + 1)-entry offset table: 2^62 tokens need 2^65 bytes.
   TokenPermuteWithRoutingMapGradArgs q;
   q.permuted_token_output_grad = TensorView(Fake(0), DType::kFloat32, {0, 0});
@@ -332,7 +259,7 @@ TEST(EveryOperatorOverflow, PermuteGradWorkspaceOverflowIsRejected) {
   q.tokens_num = int64_t{1} << 62;
   q.drop_and_pad = true;
   q.tokens_grad = TensorView(Fake(2), DType::kFloat32, {q.tokens_num, 0});
-  const Outcome o = CppOutcome(q, PlanTokenPermuteWithRoutingMapGrad);
+  const Outcome o = CppPlan(q);
   EXPECT_EQ(o.status, ACLNN_ERR_PARAM_INVALID);
   EXPECT_EQ(o.message, "MoeTokenPermuteWithRoutingMapGrad: the workspace size overflows 64 bits");
 }

@@ -32,34 +32,43 @@ void ExpectRejected(const FinalizeRoutingV2GradArgs& a, const std::string& messa
   EXPECT_EQ(acl.message, message);
 }
 
-// A small valid MoeFinalizeRoutingV2Grad call (mode 0, scales and bias) over real, separate buffers.
-struct FinalizeCase {
-  static constexpr int64_t R = 4, K = 2, H = 8, E = 3, kRows = R * K;
-  std::vector<float> grad_y = std::vector<float>(R * H), expanded_x = std::vector<float>(kRows * H),
-                     scales = std::vector<float>(R * K), bias = std::vector<float>(E * H),
-                     grad_x = std::vector<float>(kRows * H), grad_scales = std::vector<float>(R * K);
-  std::vector<int32_t> row_idx = std::vector<int32_t>(R * K), expert_idx = std::vector<int32_t>(R * K);
+// Both APIs accept `a`, and the one-call form runs it.
+void ExpectAcceptedAndRun(const FinalizeRoutingV2GradArgs& a) {
+  const Outcome cpp = CppPlan(a);
+  const Outcome acl = AclPlan(a);
+  EXPECT_EQ(cpp.status, 0) << cpp.message;
+  EXPECT_EQ(acl.status, 0) << acl.message;
+  EXPECT_TRUE(FinalizeRoutingV2Grad(a).ok());
+}
 
-  FinalizeCase() {
+// A small valid MoeFinalizeRoutingV2Grad call (mode 0, scales and bias) over real, separate buffers.
+constexpr int64_t kR = 4, kK = 2, kH = 8, kE = 3, kRows = kR * kK;
+struct FinalizeRoutingV2GradBuffers {
+  std::vector<float> grad_y = std::vector<float>(kR * kH), expanded_x = std::vector<float>(kRows * kH),
+                     scales = std::vector<float>(kR * kK), bias = std::vector<float>(kE * kH),
+                     grad_x = std::vector<float>(kRows * kH), grad_scales = std::vector<float>(kR * kK);
+  std::vector<int32_t> row_idx = std::vector<int32_t>(kR * kK), expert_idx = std::vector<int32_t>(kR * kK);
+
+  FinalizeRoutingV2GradBuffers() {
     for (size_t i = 0; i < grad_y.size(); ++i) grad_y[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
     for (size_t i = 0; i < expanded_x.size(); ++i) expanded_x[i] = 0.125f * static_cast<float>(i % 5) + 0.5f;
     for (size_t i = 0; i < scales.size(); ++i) scales[i] = 0.5f + 0.25f * static_cast<float>(i % 3);
     for (size_t i = 0; i < bias.size(); ++i) bias[i] = -0.25f * static_cast<float>(i % 4);
-    for (int64_t i = 0; i < R * K; ++i) {
+    for (int64_t i = 0; i < kR * kK; ++i) {
       row_idx[i] = static_cast<int32_t>((i * 3) % kRows);
-      expert_idx[i] = static_cast<int32_t>(i % E);
+      expert_idx[i] = static_cast<int32_t>(i % kE);
     }
   }
   FinalizeRoutingV2GradArgs Args() {
     FinalizeRoutingV2GradArgs a;
-    a.grad_y = TensorView(grad_y.data(), DType::kFloat32, {R, H});
-    a.expanded_row_idx = TensorView(row_idx.data(), DType::kInt32, {R * K});
-    a.expanded_x = TensorView(expanded_x.data(), DType::kFloat32, {kRows, H});
-    a.scales = TensorView(scales.data(), DType::kFloat32, {R, K});
-    a.expert_idx = TensorView(expert_idx.data(), DType::kInt32, {R, K});
-    a.bias = TensorView(bias.data(), DType::kFloat32, {E, H});
-    a.grad_expanded_x = TensorView(grad_x.data(), DType::kFloat32, {kRows, H});
-    a.grad_scales = TensorView(grad_scales.data(), DType::kFloat32, {R, K});
+    a.grad_y = TensorView(grad_y.data(), DType::kFloat32, {kR, kH});
+    a.expanded_row_idx = TensorView(row_idx.data(), DType::kInt32, {kR * kK});
+    a.expanded_x = TensorView(expanded_x.data(), DType::kFloat32, {kRows, kH});
+    a.scales = TensorView(scales.data(), DType::kFloat32, {kR, kK});
+    a.expert_idx = TensorView(expert_idx.data(), DType::kInt32, {kR, kK});
+    a.bias = TensorView(bias.data(), DType::kFloat32, {kE, kH});
+    a.grad_expanded_x = TensorView(grad_x.data(), DType::kFloat32, {kRows, kH});
+    a.grad_scales = TensorView(grad_scales.data(), DType::kFloat32, {kR, kK});
     return a;
   }
 };
@@ -68,41 +77,39 @@ std::string Overlap(const char* out, const char* in) {
   return std::string("MoeFinalizeRoutingV2Grad: ") + out + " overlaps " + in + " in memory";
 }
 
-TEST(FinalizeGradAlias, ValidCaseIsAccepted) {
-  FinalizeCase c;
+TEST(FinalizeRoutingV2GradAlias, ValidCaseIsAccepted) {
+  FinalizeRoutingV2GradBuffers c;
   EXPECT_EQ(CppPlan(c.Args()).status, 0);
   EXPECT_EQ(AclPlan(c.Args()).status, 0);
 }
 
-TEST(FinalizeGradAlias, OneSharedElementIsEnough) {
-  FinalizeCase c;
-  std::vector<float> arena(FinalizeCase::kRows * FinalizeCase::H + FinalizeCase::R * FinalizeCase::H);
+TEST(FinalizeRoutingV2GradAlias, OneSharedElementIsEnough) {
+  FinalizeRoutingV2GradBuffers c;
+  std::vector<float> arena(kRows * kH + kR * kH);
   FinalizeRoutingV2GradArgs a = c.Args();
   a.grad_expanded_x.data = arena.data();
   // gradY starts on the last element of gradExpandedXOut.
-  a.grad_y.data = arena.data() + FinalizeCase::kRows * FinalizeCase::H - 1;
+  a.grad_y.data = arena.data() + kRows * kH - 1;
   ExpectRejected(a, Overlap("gradExpandedXOut", "gradY"));
   // One element later the views are adjacent and valid.
-  a.grad_y.data = arena.data() + FinalizeCase::kRows * FinalizeCase::H;
+  a.grad_y.data = arena.data() + kRows * kH;
   EXPECT_EQ(CppPlan(a).status, 0);
   EXPECT_EQ(AclPlan(a).status, 0);
 }
 
-TEST(FinalizeGradAlias, InterleavedStridedViewsCountAsOverlapping) {
+TEST(FinalizeRoutingV2GradAlias, InterleavedStridedViewsCountAsOverlapping) {
   // The check compares byte spans, so two column-interleaved views are rejected although they share no
   // element: a documented, conservative choice.
-  FinalizeCase c;
-  std::vector<float> arena(2 * FinalizeCase::kRows * FinalizeCase::H);
+  FinalizeRoutingV2GradBuffers c;
+  std::vector<float> arena(2 * kRows * kH);
   FinalizeRoutingV2GradArgs a = c.Args();
-  a.grad_expanded_x = TensorView(arena.data(), DType::kFloat32, {FinalizeCase::kRows, FinalizeCase::H},
-                                 {2 * FinalizeCase::H, 2});
-  a.expanded_x = TensorView(arena.data() + 1, DType::kFloat32, {FinalizeCase::kRows, FinalizeCase::H},
-                            {2 * FinalizeCase::H, 2});
+  a.grad_expanded_x = TensorView(arena.data(), DType::kFloat32, {kRows, kH}, {2 * kH, 2});
+  a.expanded_x = TensorView(arena.data() + 1, DType::kFloat32, {kRows, kH}, {2 * kH, 2});
   ExpectRejected(a, Overlap("gradExpandedXOut", "expandedX"));
 }
 
-TEST(FinalizeGradAlias, SameAclTensorAsInputAndOutputIsRejected) {
-  FinalizeCase c;
+TEST(FinalizeRoutingV2GradAlias, SameAclTensorAsInputAndOutputIsRejected) {
+  FinalizeRoutingV2GradBuffers c;
   const FinalizeRoutingV2GradArgs a = c.Args();
   AclTensorPtr gy = ToAcl(a.grad_y), idx = ToAcl(a.expanded_row_idx), x = ToAcl(a.expanded_x),
                s = ToAcl(a.scales), e = ToAcl(a.expert_idx), b = ToAcl(a.bias), gs = ToAcl(a.grad_scales);
@@ -115,7 +122,7 @@ TEST(FinalizeGradAlias, SameAclTensorAsInputAndOutputIsRejected) {
   EXPECT_EQ(std::string(aclGetRecentErrMsg()), Overlap("gradExpandedXOut", "expandedX"));
 }
 
-TEST(FinalizeGradAlias, EmptyViewsNeverOverlap) {
+TEST(FinalizeRoutingV2GradAlias, EmptyViewsNeverOverlap) {
   // R = 0: every view is empty and all of them start at the same address.
   std::vector<float> one(8);
   FinalizeRoutingV2GradArgs a;
@@ -125,48 +132,44 @@ TEST(FinalizeGradAlias, EmptyViewsNeverOverlap) {
   a.scales = TensorView(one.data(), DType::kFloat32, {0, 2});
   a.grad_expanded_x = TensorView(one.data(), DType::kFloat32, {0, 8});
   a.grad_scales = TensorView(one.data(), DType::kFloat32, {0, 2});
-  EXPECT_EQ(CppPlan(a).status, 0) << CppPlan(a).message;
-  EXPECT_EQ(AclPlan(a).status, 0);
-  EXPECT_TRUE(FinalizeRoutingV2Grad(a).ok());
+  ExpectAcceptedAndRun(a);
 
   // H = 0: the empty output may sit on top of the (non-empty) index input.
-  FinalizeCase c;
+  FinalizeRoutingV2GradBuffers c;
   FinalizeRoutingV2GradArgs b;
-  b.grad_y = TensorView(c.grad_y.data(), DType::kFloat32, {FinalizeCase::R, 0});
-  b.expanded_row_idx = TensorView(c.row_idx.data(), DType::kInt32, {FinalizeCase::R * FinalizeCase::K});
-  b.grad_expanded_x = TensorView(c.row_idx.data(), DType::kFloat32, {FinalizeCase::kRows, 0});
+  b.grad_y = TensorView(c.grad_y.data(), DType::kFloat32, {kR, 0});
+  b.expanded_row_idx = TensorView(c.row_idx.data(), DType::kInt32, {kR * kK});
+  b.grad_expanded_x = TensorView(c.row_idx.data(), DType::kFloat32, {kRows, 0});
   const std::vector<int32_t> idx_before = c.row_idx;
-  EXPECT_EQ(AclPlan(b).status, 0);
-  EXPECT_TRUE(FinalizeRoutingV2Grad(b).ok());
+  ExpectAcceptedAndRun(b);
   EXPECT_EQ(c.row_idx, idx_before);
 }
 
-TEST(FinalizeGradAlias, UnwrittenGradScalesIsNotChecked) {
+TEST(FinalizeRoutingV2GradAlias, UnwrittenGradScalesIsNotChecked) {
   // Without scales gradScalesOut is not written, so it may share memory with an input.
-  FinalizeCase c;
+  FinalizeRoutingV2GradBuffers c;
   FinalizeRoutingV2GradArgs a = c.Args();
   a.scales.reset();
   a.bias.reset();
   a.expert_idx.reset();
   a.grad_scales->data = c.grad_y.data();
   const std::vector<float> grad_y_before = c.grad_y;
-  EXPECT_EQ(AclPlan(a).status, 0);
-  EXPECT_TRUE(FinalizeRoutingV2Grad(a).ok());
+  ExpectAcceptedAndRun(a);
   EXPECT_EQ(c.grad_y, grad_y_before);
 }
 
-TEST(FinalizeGradAlias, AdjacentViewsInOneArenaComputeLikeSeparateBuffers) {
-  FinalizeCase c;
+TEST(FinalizeRoutingV2GradAlias, AdjacentViewsInOneArenaComputeLikeSeparateBuffers) {
+  FinalizeRoutingV2GradBuffers c;
   const FinalizeRoutingV2GradArgs separate = c.Args();
   ASSERT_TRUE(FinalizeRoutingV2Grad(separate).ok());
-  FinalizeCase expect;
+  FinalizeRoutingV2GradBuffers expect;
   ref::FinalizeRoutingV2Grad(expect.Args());
   // gradExpandedX is one product per element here (row_idx is a permutation), so it matches the reference
   // exactly; gradScales is a dot product whose order the reference does not share.
   EXPECT_EQ(c.grad_x, expect.grad_x);
 
   // The same tensors back to back in one allocation, outputs between inputs.
-  FinalizeCase d;
+  FinalizeRoutingV2GradBuffers d;
   std::vector<unsigned char> arena(4 * (d.grad_y.size() + d.grad_x.size() + d.expanded_x.size() +
                                         d.grad_scales.size() + d.scales.size() + d.row_idx.size()));
   size_t at = 0;
@@ -202,7 +205,7 @@ void ExpectRejected2(const FinalizeRoutingV2GradArgs& a, const std::string& mess
 
 // The valid small case's metadata over fake pointers.
 FinalizeRoutingV2GradArgs FakeArgs() {
-  FinalizeCase c;
+  FinalizeRoutingV2GradBuffers c;
   FinalizeRoutingV2GradArgs a = c.Args();
   int i = 0;
   for (TensorView* v : {&a.grad_y, &a.expanded_row_idx, &*a.expanded_x, &*a.scales, &*a.expert_idx, &*a.bias,
@@ -212,19 +215,18 @@ FinalizeRoutingV2GradArgs FakeArgs() {
   return a;
 }
 
-TEST(FinalizeGradOverflow, StrideSpansAndByteOffsetsAreChecked) {
-  const int64_t h = FinalizeCase::H;
+TEST(FinalizeRoutingV2GradOverflow, StrideSpansAndByteOffsetsAreChecked) {
   FinalizeRoutingV2GradArgs a = FakeArgs();
   // (R - 1) * 2^62 elements: the element offset of the last row needs 65 bits.
-  a.grad_y = View2D(Fake(0), DType::kFloat32, FinalizeCase::R, h, int64_t{1} << 62, 1);
+  a.grad_y = View2D(Fake(0), DType::kFloat32, kR, kH, int64_t{1} << 62, 1);
   ExpectRejected2(a, "MoeFinalizeRoutingV2Grad: gradY of shape (4, 8) overflows 64-bit element offsets");
   // Element offsets fit (7 * 2^60 + 57) but bytes (x4) do not.
   FinalizeRoutingV2GradArgs b = FakeArgs();
-  b.grad_expanded_x = View2D(Fake(6), DType::kFloat32, FinalizeCase::kRows, h, h, int64_t{1} << 60);
+  b.grad_expanded_x = View2D(Fake(6), DType::kFloat32, kRows, kH, kH, int64_t{1} << 60);
   ExpectRejected2(b, "MoeFinalizeRoutingV2Grad: gradExpandedXOut of shape (8, 8) overflows 64-bit byte offsets");
 }
 
-TEST(FinalizeGradOverflow, RowCountOverflowIsRejected) {
+TEST(FinalizeRoutingV2GradOverflow, RowCountOverflowIsRejected) {
   const int64_t e = int64_t{1} << 32;
   FinalizeRoutingV2GradArgs a = DropPadArgs(e, e);
   a.grad_expanded_x = TensorView(Fake(2), DType::kBFloat16, {1, 1, 0});
@@ -232,7 +234,7 @@ TEST(FinalizeGradOverflow, RowCountOverflowIsRejected) {
                         std::to_string(e) + " overflows");
 }
 
-TEST(FinalizeGradOverflow, WorkspaceOverflowIsRejectedNotWrapped) {
+TEST(FinalizeRoutingV2GradOverflow, WorkspaceOverflowIsRejectedNotWrapped) {
   // 2^62 rows: the row-offset table needs (2^62 + 1) * 8 bytes, past 2^64.
   const int64_t half = int64_t{1} << 31;
   ExpectRejected(DropPadArgs(half, half), "MoeFinalizeRoutingV2Grad: the workspace size overflows 64 bits");

@@ -1,5 +1,5 @@
-// Shared by the aliasing and overflow tests: aclTensors from views, phase one of MoeFinalizeRoutingV2Grad
-// through either API, and views no constructor may compute.
+// Shared by the aliasing and overflow tests: aclTensors from views, phase one of any operator through either
+// API, and views no constructor may compute.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,18 +10,17 @@
 #include <string>
 
 #include "acl/acl.h"
-#include "aclnnop/aclnn_moe_finalize_routing_v2_grad.h"
+#include "moegrad/op_info.hpp"
 #include "moegrad/ops.hpp"
+#include "tests/support/api.h"
+#include "tests/support/op_entry.h"
 
 namespace moegrad::alias_testing {
 
 // A data pointer into the never-mapped first page.
 inline void* Fake(int i) { return reinterpret_cast<void*>(static_cast<uintptr_t>(0x100 + 0x40 * i)); }
 
-struct AclTensorDeleter {
-  void operator()(aclTensor* t) const { aclDestroyTensor(t); }
-};
-using AclTensorPtr = std::unique_ptr<aclTensor, AclTensorDeleter>;
+using testing::AclTensorPtr;
 
 // The aclTensor of a well-formed view: same data, sizes and strides, storage exactly the elements it spans.
 inline AclTensorPtr ToAcl(const TensorView& v) {
@@ -39,17 +38,23 @@ struct Outcome {
   std::string message;
 };
 
-// Phase one of MoeFinalizeRoutingV2Grad through aclnn; a successful executor is destroyed unrun.
-inline Outcome AclPlan(const FinalizeRoutingV2GradArgs& a) {
-  AclTensorPtr gy = ToAcl(a.grad_y), idx = ToAcl(a.expanded_row_idx), x = ToAcl(a.expanded_x),
-               s = ToAcl(a.scales), e = ToAcl(a.expert_idx), b = ToAcl(a.bias), gx = ToAcl(a.grad_expanded_x),
-               gs = ToAcl(a.grad_scales);
-  EXPECT_TRUE(gy && idx && gx) << aclGetRecentErrMsg();
+// Phase one of the operator of `a` through aclnn, every view an aclTensor; a successful executor is destroyed
+// unrun.
+template <typename Args>
+Outcome AclPlan(const Args& a) {
+  using Info = OpInfo<Args>;
+  AclTensorPtr t[testing::kNumTensors<Args>];
+  aclTensor* raw[testing::kNumTensors<Args>];
+  for (size_t i = 0; i < testing::kNumTensors<Args>; ++i) {
+    const TensorView* v = Info::kTensors[i].Get(a);
+    if (v != nullptr) t[i] = ToAcl(*v);
+    EXPECT_TRUE(v == nullptr || t[i]) << Info::kTensors[i].name << ": " << aclGetRecentErrMsg();
+    raw[i] = t[i].get();
+  }
   uint64_t ws = 0;
   aclOpExecutor* ex = reinterpret_cast<aclOpExecutor*>(Fake(99));
-  const aclnnStatus st = aclnnMoeFinalizeRoutingV2GradGetWorkspaceSize(
-      gy.get(), idx.get(), x.get(), s.get(), e.get(), b.get(), a.drop_pad_mode, a.active_num, a.expert_num,
-      a.expert_capacity, gx.get(), gs.get(), &ws, &ex);
+  const auto attrs = testing::AttrsOf(a);
+  const aclnnStatus st = testing::AclnnPhaseOne<Args>(raw, attrs.data(), &ws, &ex);
   if (st == ACLNN_SUCCESS) {
     aclDestroyAclOpExecutor(ex);
   } else {
@@ -58,9 +63,11 @@ inline Outcome AclPlan(const FinalizeRoutingV2GradArgs& a) {
   return {st, st == ACLNN_SUCCESS ? "" : aclGetRecentErrMsg()};
 }
 
-inline Outcome CppPlan(const FinalizeRoutingV2GradArgs& a) {
+// Phase one of the operator of `a` through the C++ API.
+template <typename Args>
+Outcome CppPlan(const Args& a) {
   Plan plan;
-  const Status s = PlanFinalizeRoutingV2Grad(a, &plan);
+  const Status s = testing::OpEntry<Args>::kPlan(a, &plan);
   EXPECT_EQ(plan.valid(), s.ok());
   return {static_cast<int>(s.code()), s.message()};
 }

@@ -16,75 +16,75 @@
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
 #include "moegrad/ops.hpp"
 #include "src/ref/reference.h"
+#include "tests/support/api.h"
 #include "tests/support/test_tensor.h"
 
 namespace moegrad {
 namespace {
 
+using testing::Api;
+using testing::ApiName;
 using testing::ElementBits;
 using testing::Layout;
 using testing::LayoutName;
+using testing::TestCall;
 using testing::TestTensor;
 
 enum class Indices { kForward, kRandom };  // as MoeTokenPermuteWithRoutingMap writes them; arbitrary values
-enum class Api { kCpp, kAcl };
 
 struct Tensors {
   TestTensor grad, probs_in, idx, map, tokens_grad, probs_grad;
 };
 
-class PermuteGradTester {
+class TokenPermuteWithRoutingMapGradTester {
  public:
-  PermuteGradTester& tokens(int64_t v) { T_ = v; return *this; }
-  PermuteGradTester& experts(int64_t v) { E_ = v; return *this; }
-  PermuteGradTester& hidden(int64_t v) { H_ = v; return *this; }
-  PermuteGradTester& topk(int64_t v) { K_ = v; return *this; }
-  PermuteGradTester& capacity(int64_t v) { C_ = v; return *this; }
-  PermuteGradTester& drop_and_pad(bool v) { dp_ = v; return *this; }
-  PermuteGradTester& probs(bool v) { probs_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& tokens(int64_t v) { T_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& experts(int64_t v) { E_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& hidden(int64_t v) { H_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& topk(int64_t v) { K_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& capacity(int64_t v) { C_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& drop_and_pad(bool v) { dp_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& probs(bool v) { probs_ = v; return *this; }
   // Without probs: pass a probsGradOut anyway (it must stay untouched) and a routing map (shape-checked only).
-  PermuteGradTester& extras(bool v) { extras_ = v; return *this; }
-  PermuteGradTester& map_dtype(DType v) { map_dtype_ = v; return *this; }
-  PermuteGradTester& in_layout(Layout v) { in_layout_ = v; return *this; }
-  PermuteGradTester& out_layout(Layout v) { out_layout_ = v; return *this; }
-  PermuteGradTester& indices(Indices v) { indices_ = v; return *this; }
-  PermuteGradTester& seed(uint64_t v) { seed_ = v; return *this; }
-  PermuteGradTester& api(Api v) { api_ = v; return *this; }
-  PermuteGradTester& all_targets(bool v) { all_targets_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& extras(bool v) { extras_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& map_dtype(DType v) { map_dtype_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& in_layout(Layout v) { in_layout_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& out_layout(Layout v) { out_layout_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& indices(Indices v) { indices_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& seed(uint64_t v) { seed_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& api(Api v) { api_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& all_targets(bool v) { all_targets_ = v; return *this; }
   // Every sortedIndices value forced to this one (duplicates everywhere); -1: off.
-  PermuteGradTester& same_index(int64_t v) { same_index_ = v; return *this; }
+  TokenPermuteWithRoutingMapGradTester& same_index(int64_t v) { same_index_ = v; return *this; }
 
   int64_t rows() const { return dp_ ? E_ * C_ : T_ * K_; }
 
   void Test(DType dtype) const {
     Tensors in = Make(dtype);
     Tensors want = in;
-    ref::TokenPermuteWithRoutingMapGrad(Args(want));
+    ref::TokenPermuteWithRoutingMapGrad(Call(want).CppArgs());
     const auto tokens_before = in.tokens_grad.Snapshot();
     const auto probs_before = in.probs_grad.Snapshot();
     auto check = [&](const std::string& where) {
       Tensors got = in;
-      const Status s = Run(&got);
+      const Status s = Call(got).Run(api_);
       ASSERT_TRUE(s.ok()) << s.message() << " " << Describe(dtype) << where;
       EXPECT_TRUE(got.grad.SameBytes(in.grad.Snapshot()) && got.probs_in.SameBytes(in.probs_in.Snapshot()) &&
                   got.idx.SameBytes(in.idx.Snapshot()) && got.map.SameBytes(in.map.Snapshot()))
           << "an input was written" << Describe(dtype) << where;
-      Expect(got.tokens_grad, want.tokens_grad, tokens_before, "tokensGrad", dtype, where);
-      if (probs_) Expect(got.probs_grad, want.probs_grad, probs_before, "probsGrad", dtype, where);
+      const std::string context = Describe(dtype) + where;
+      ExpectBitIdentical(got.tokens_grad, want.tokens_grad, tokens_before, "tokensGrad", context);
+      if (probs_) ExpectBitIdentical(got.probs_grad, want.probs_grad, probs_before, "probsGrad", context);
       else EXPECT_TRUE(got.probs_grad.SameBytes(probs_before)) << "probsGradOut written " << Describe(dtype) << where;
     };
     if (!all_targets_) return check("");
-    for (int threads : {1, 2, 3}) {
-      SetNumThreads(threads);
-      const auto targets = testing::ForEachSimdTarget([&] { check(" threads=" + std::to_string(threads)); });
-      EXPECT_GE(targets.size(), 1u);
-      if (threads == 1 && dtype == DType::kFloat32) {
-        std::string names;
-        for (const auto& n : targets) names += " " + n;
-        ::testing::Test::RecordProperty("simd_targets", names);
-      }
+    const auto targets =
+        testing::ForEachThreadCountAndSimdTarget([&](int threads) { check(" threads=" + std::to_string(threads)); });
+    if (dtype == DType::kFloat32) {
+      std::string names;
+      for (const auto& n : targets) names += " " + n;
+      ::testing::Test::RecordProperty("simd_targets", names);
     }
-    SetNumThreads(0);
   }
 
  private:
@@ -153,56 +153,21 @@ class PermuteGradTester {
     if (same_index_ >= 0) {
       for (int64_t p = 0; p < N; ++p) t.idx.SetI(p, same_index_);
     }
-    // Any non-zero byte is routed: INT8 maps use assorted non-zero values.
-    for (int64_t i = 0; i < T_ * E_; ++i) {
-      int64_t v = routed[static_cast<size_t>(i)];
-      if (v && map_dtype_ == DType::kInt8) v = (i % 4 == 1) ? -3 : (i % 4 == 2 ? 127 : 1);
-      t.map.SetI(i, v);
-    }
+    SetRoutingMap(t.map, routed);
     return t;
   }
 
-  TokenPermuteWithRoutingMapGradArgs Args(const Tensors& t) const {
-    TokenPermuteWithRoutingMapGradArgs a;
-    a.permuted_token_output_grad = t.grad;
-    if (probs_) a.permuted_probs_output_grad = t.probs_in.view();
-    a.sorted_indices = t.idx;
-    if (probs_ || extras_) a.routing_map = t.map.view();
-    a.num_experts = E_;
-    a.tokens_num = T_;
-    a.drop_and_pad = dp_;
-    a.tokens_grad = t.tokens_grad;
-    if (probs_ || extras_) a.probs_grad = t.probs_grad.view();
-    return a;
-  }
-
-  Status Run(Tensors* t) const {
-    if (api_ == Api::kCpp) return TokenPermuteWithRoutingMapGrad(Args(*t));
-    auto make = [](TestTensor& x) {
-      const int64_t storage = x.storage_elements();
-      return aclCreateTensor(x.sizes_vector().data(), x.sizes_vector().size(), static_cast<aclDataType>(x.dtype()),
-                             x.strides_vector().data(), x.offset_elements(), ACL_FORMAT_ND, &storage, 1, x.storage());
-    };
-    aclTensor* grad = make(t->grad);
-    aclTensor* probs_in = probs_ ? make(t->probs_in) : nullptr;
-    aclTensor* idx = make(t->idx);
-    aclTensor* map = (probs_ || extras_) ? make(t->map) : nullptr;
-    aclTensor* tokens_grad = make(t->tokens_grad);
-    aclTensor* probs_grad = (probs_ || extras_) ? make(t->probs_grad) : nullptr;
-    uint64_t ws_size = 0;
-    aclOpExecutor* executor = nullptr;
-    aclnnStatus st = aclnnMoeTokenPermuteWithRoutingMapGradGetWorkspaceSize(
-        grad, probs_in, idx, map, E_, T_, dp_, tokens_grad, probs_grad, &ws_size, &executor);
-    if (st == ACLNN_SUCCESS) {
-      void* ws = nullptr;
-      if (ws_size > 0 && aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) ws = nullptr;
-      st = aclnnMoeTokenPermuteWithRoutingMapGrad(ws, ws_size, executor, nullptr);
-      if (ws) aclrtFree(ws);
-    }
-    for (aclTensor* x : {grad, probs_in, idx, map, tokens_grad, probs_grad}) {
-      if (x) aclDestroyTensor(x);
-    }
-    return st == ACLNN_SUCCESS ? Status::Ok() : Status(static_cast<StatusCode>(st), aclGetRecentErrMsg());
+  // The call over `t`: probs, routingMap and probsGradOut as configured.
+  TestCall<TokenPermuteWithRoutingMapGradArgs> Call(Tensors& t) const {
+    TestCall<TokenPermuteWithRoutingMapGradArgs> c;
+    c.tensors = {&t.grad,
+                 probs_ ? &t.probs_in : nullptr,
+                 &t.idx,
+                 probs_ || extras_ ? &t.map : nullptr,
+                 &t.tokens_grad,
+                 probs_ || extras_ ? &t.probs_grad : nullptr};
+    c.attrs = {E_, T_, dp_};
+    return c;
   }
 
   std::string Describe(DType dtype) const {
@@ -211,19 +176,7 @@ class PermuteGradTester {
            (probs_ ? " probs" : "") + (extras_ ? " extras" : "") + " map=" + DTypeName(map_dtype_) +
            " in=" + LayoutName(in_layout_) + " out=" + LayoutName(out_layout_) +
            (indices_ == Indices::kForward ? " forward" : " random") + " seed=" + std::to_string(seed_) +
-           (api_ == Api::kAcl ? " acl" : " cpp") + " target=" + SimdTarget() + "]";
-  }
-
-  void Expect(const TestTensor& got, const TestTensor& want, const std::vector<uint8_t>& before, const char* what,
-              DType dtype, const std::string& where) const {
-    EXPECT_TRUE(got.OutsideViewUnchanged(before)) << what << " written outside its view" << Describe(dtype) << where;
-    for (int64_t i = 0; i < got.numel(); ++i) {
-      if (ElementBits(got, i) != ElementBits(want, i)) {
-        ADD_FAILURE() << what << "[" << i << "] = " << got.GetF(i) << " but the reference gives " << want.GetF(i)
-                      << Describe(dtype) << where;
-        return;
-      }
-    }
+           " " + ApiName(api_) + " target=" + SimdTarget() + "]";
   }
 
   int64_t T_ = 4, E_ = 3, H_ = 8, K_ = 2, C_ = 2;
@@ -238,40 +191,43 @@ class PermuteGradTester {
 
 constexpr DType kFloats[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 
-TEST(TokenPermuteGrad, HiddenSizes) {
+TEST(TokenPermuteWithRoutingMapGrad, HiddenSizes) {
   for (int64_t H : {1, 3, 8, 17, 64, 100, 1031, 7168}) {
     for (DType dt : kFloats) {
-      PermuteGradTester().tokens(5).experts(4).topk(2).hidden(H).seed(H).Test(dt);
-      PermuteGradTester().drop_and_pad(true).tokens(5).experts(4).capacity(3).hidden(H).seed(H).Test(dt);
-      PermuteGradTester().drop_and_pad(true).tokens(3).experts(2).capacity(5).hidden(H).indices(Indices::kRandom)
-          .seed(H + 1).Test(dt);
+      TokenPermuteWithRoutingMapGradTester().tokens(5).experts(4).topk(2).hidden(H).seed(H).Test(dt);
+      TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(5).experts(4).capacity(3).hidden(H).seed(H)
+          .Test(dt);
+      TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(3).experts(2).capacity(5).hidden(H)
+          .indices(Indices::kRandom).seed(H + 1).Test(dt);
     }
   }
 }
 
-TEST(TokenPermuteGrad, TopK) {
+TEST(TokenPermuteWithRoutingMapGrad, TopK) {
   for (int64_t K : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 40}) {
     for (DType dt : kFloats) {
-      PermuteGradTester().tokens(6).experts(40).topk(K).hidden(37).seed(K).Test(dt);
-      PermuteGradTester().tokens(6).experts(40).topk(K).hidden(37).indices(Indices::kRandom).seed(K).Test(dt);
+      TokenPermuteWithRoutingMapGradTester().tokens(6).experts(40).topk(K).hidden(37).seed(K).Test(dt);
+      TokenPermuteWithRoutingMapGradTester().tokens(6).experts(40).topk(K).hidden(37).indices(Indices::kRandom).seed(K)
+          .Test(dt);
       // More slots than experts: only without probs.
-      PermuteGradTester().tokens(3).experts(2).topk(K + 2).hidden(19).probs(false).indices(Indices::kRandom)
-          .seed(K).Test(dt);
+      TokenPermuteWithRoutingMapGradTester().tokens(3).experts(2).topk(K + 2).hidden(19).probs(false)
+          .indices(Indices::kRandom).seed(K).Test(dt);
     }
   }
 }
 
-TEST(TokenPermuteGrad, LayoutsMapsAndApis) {
+TEST(TokenPermuteWithRoutingMapGrad, LayoutsMapsAndApis) {
   const Layout layouts[] = {Layout::kContiguous, Layout::kPadded, Layout::kTransposed};
   uint64_t seed = 100;
   for (Layout in : layouts) {
     for (Layout out : layouts) {
       for (DType map : {DType::kInt8, DType::kBool}) {
         for (bool dp : {false, true}) {
-          for (Api api : {Api::kCpp, Api::kAcl}) {
-            PermuteGradTester().drop_and_pad(dp).tokens(7).experts(5).topk(3).capacity(4).hidden(21).map_dtype(map)
-                .in_layout(in).out_layout(out).api(api).seed(++seed).Test(DType::kBFloat16);
-            PermuteGradTester().drop_and_pad(dp).tokens(7).experts(5).topk(3).capacity(4).hidden(21).map_dtype(map)
+          for (Api api : {Api::kCpp, Api::kAclnn}) {
+            TokenPermuteWithRoutingMapGradTester().drop_and_pad(dp).tokens(7).experts(5).topk(3).capacity(4).hidden(21)
+                .map_dtype(map).in_layout(in).out_layout(out).api(api).seed(++seed).Test(DType::kBFloat16);
+            TokenPermuteWithRoutingMapGradTester().drop_and_pad(dp).tokens(7).experts(5).topk(3).capacity(4).hidden(21)
+                .map_dtype(map)
                 .in_layout(in).out_layout(out).api(api).probs(false).extras(true).seed(++seed).Test(DType::kFloat32);
           }
         }
@@ -280,60 +236,65 @@ TEST(TokenPermuteGrad, LayoutsMapsAndApis) {
   }
 }
 
-TEST(TokenPermuteGrad, DuplicatesAndTokensNothingRoutesTo) {
+TEST(TokenPermuteWithRoutingMapGrad, DuplicatesAndTokensNothingRoutesTo) {
   for (DType dt : kFloats) {
     // Every permuted row belongs to token 2: the others get zero rows, probsGrad sums per expert.
-    PermuteGradTester().drop_and_pad(true).tokens(6).experts(3).capacity(4).hidden(33).same_index(2).Test(dt);
+    TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(6).experts(3).capacity(4).hidden(33).same_index(2)
+        .Test(dt);
     // Dropless: every slot reads row 5, so each token sums K copies of it.
-    PermuteGradTester().tokens(4).experts(8).topk(6).hidden(33).same_index(5).Test(dt);
+    TokenPermuteWithRoutingMapGradTester().tokens(4).experts(8).topk(6).hidden(33).same_index(5).Test(dt);
     // Capacity beyond the token count (a token twice under one expert) and few rows (tokens left out).
-    PermuteGradTester().drop_and_pad(true).tokens(3).experts(2).capacity(7).hidden(18)
+    TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(3).experts(2).capacity(7).hidden(18)
         .indices(Indices::kRandom).Test(dt);
-    PermuteGradTester().drop_and_pad(true).tokens(40).experts(3).capacity(2).hidden(18).Test(dt);
+    TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(40).experts(3).capacity(2).hidden(18).Test(dt);
   }
 }
 
-TEST(TokenPermuteGrad, EmptyTensors) {
+TEST(TokenPermuteWithRoutingMapGrad, EmptyTensors) {
   for (DType dt : kFloats) {
     for (bool dp : {false, true}) {
-      for (Api api : {Api::kCpp, Api::kAcl}) {
-        PermuteGradTester().drop_and_pad(dp).tokens(5).experts(3).topk(2).capacity(2).hidden(0).api(api).Test(dt);
+      for (Api api : {Api::kCpp, Api::kAclnn}) {
+        TokenPermuteWithRoutingMapGradTester().drop_and_pad(dp).tokens(5).experts(3).topk(2).capacity(2).hidden(0)
+            .api(api).Test(dt);
         // No permuted rows: tokensGrad (and probsGrad) all zeros.
-        PermuteGradTester().drop_and_pad(dp).tokens(5).experts(3).topk(0).capacity(0).hidden(9).api(api).Test(dt);
-        PermuteGradTester().drop_and_pad(dp).tokens(5).experts(3).topk(0).capacity(0).hidden(0).api(api).Test(dt);
+        TokenPermuteWithRoutingMapGradTester().drop_and_pad(dp).tokens(5).experts(3).topk(0).capacity(0).hidden(9)
+            .api(api).Test(dt);
+        TokenPermuteWithRoutingMapGradTester().drop_and_pad(dp).tokens(5).experts(3).topk(0).capacity(0).hidden(0)
+            .api(api).Test(dt);
       }
     }
   }
 }
 
-TEST(TokenPermuteGrad, EveryTargetAndThreadCountBitIdentical) {
+TEST(TokenPermuteWithRoutingMapGrad, EveryTargetAndThreadCountBitIdentical) {
   for (DType dt : kFloats) {
-    PermuteGradTester().tokens(40).experts(16).topk(3).hidden(7168).all_targets(true).Test(dt);
-    PermuteGradTester().drop_and_pad(true).tokens(40).experts(16).capacity(6).hidden(7168).all_targets(true)
-        .Test(dt);
+    TokenPermuteWithRoutingMapGradTester().tokens(40).experts(16).topk(3).hidden(7168).all_targets(true).Test(dt);
+    TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(40).experts(16).capacity(6).hidden(7168)
+        .all_targets(true).Test(dt);
     // Many short rows: several probsGrad blocks and row tasks.
-    PermuteGradTester().tokens(700).experts(9).topk(2).hidden(5).in_layout(Layout::kPadded).all_targets(true)
-        .Test(dt);
-    PermuteGradTester().drop_and_pad(true).tokens(700).experts(9).capacity(90).hidden(5).indices(Indices::kRandom)
-        .out_layout(Layout::kTransposed).all_targets(true).Test(dt);
+    TokenPermuteWithRoutingMapGradTester().tokens(700).experts(9).topk(2).hidden(5).in_layout(Layout::kPadded)
+        .all_targets(true).Test(dt);
+    TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(700).experts(9).capacity(90).hidden(5)
+        .indices(Indices::kRandom).out_layout(Layout::kTransposed).all_targets(true).Test(dt);
   }
 }
 
-TEST(TokenPermuteGrad, WideAndTallRoutingMaps) {
+TEST(TokenPermuteWithRoutingMapGrad, WideAndTallRoutingMaps) {
   // Dropless probsGrad reads the map in vectors of up to 64 bytes, four at a time, with byte counters flushed
   // every 255 rows: expert counts around and past those widths, and blocks of more than 255 token rows.
   for (DType dt : kFloats) {
     for (int64_t E : {63, 64, 65, 130, 257, 300}) {
-      PermuteGradTester().tokens(33).experts(E).topk(5).hidden(3).seed(E).all_targets(true).Test(dt);
+      TokenPermuteWithRoutingMapGradTester().tokens(33).experts(E).topk(5).hidden(3).seed(E).all_targets(true).Test(dt);
     }
-    PermuteGradTester().tokens(9).experts(300).topk(7).hidden(3).in_layout(Layout::kTransposed)
+    TokenPermuteWithRoutingMapGradTester().tokens(9).experts(300).topk(7).hidden(3).in_layout(Layout::kTransposed)
         .out_layout(Layout::kTransposed).seed(3).Test(dt);
   }
   // 66000 tokens, each routed to every expert: blocks of 258 rows, each counting 258 entries per expert.
-  PermuteGradTester().tokens(66000).experts(65).topk(65).hidden(1).seed(5).all_targets(true).Test(DType::kFloat32);
+  TokenPermuteWithRoutingMapGradTester().tokens(66000).experts(65).topk(65).hidden(1).seed(5).all_targets(true)
+      .Test(DType::kFloat32);
 }
 
-TEST(TokenPermuteGrad, RandomSweep) {
+TEST(TokenPermuteWithRoutingMapGrad, RandomSweep) {
   std::mt19937_64 rng(2024);
   const int64_t hiddens[] = {1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 64, 100};
   const Layout layouts[] = {Layout::kContiguous, Layout::kPadded, Layout::kTransposed};
@@ -346,11 +307,11 @@ TEST(TokenPermuteGrad, RandomSweep) {
     const int64_t K = pick(0, std::min<int64_t>(E, 9));
     const int64_t C = forward ? pick(0, T) : pick(0, 2 * T + 1);
     const bool probs = rng() % 4 != 0;
-    PermuteGradTester()
+    TokenPermuteWithRoutingMapGradTester()
         .drop_and_pad(dp).tokens(T).experts(E).topk(K).capacity(C).hidden(hiddens[rng() % 12])
         .probs(probs).extras(!probs && (rng() & 1)).map_dtype(rng() & 1 ? DType::kInt8 : DType::kBool)
         .in_layout(layouts[rng() % 3]).out_layout(layouts[rng() % 3])
-        .indices(forward ? Indices::kForward : Indices::kRandom).api(rng() % 4 == 0 ? Api::kAcl : Api::kCpp)
+        .indices(forward ? Indices::kForward : Indices::kRandom).api(rng() % 4 == 0 ? Api::kAclnn : Api::kCpp)
         .seed(rng()).Test(kFloats[rng() % 3]);
     if (::testing::Test::HasFailure()) break;
   }
@@ -358,14 +319,16 @@ TEST(TokenPermuteGrad, RandomSweep) {
 }
 
 // Realistic model shapes (DeepSeek-V3: H 7168, E 256, K 8), scaled down in tokens.
-TEST(TokenPermuteGrad, ModelShapes) {
-  PermuteGradTester().tokens(64).experts(256).topk(8).hidden(7168).Test(DType::kBFloat16);
-  PermuteGradTester().drop_and_pad(true).tokens(64).experts(256).capacity(2).hidden(7168).Test(DType::kBFloat16);
-  PermuteGradTester().tokens(32).experts(8).topk(2).hidden(4096).map_dtype(DType::kBool).Test(DType::kFloat16);
+TEST(TokenPermuteWithRoutingMapGrad, ModelShapes) {
+  TokenPermuteWithRoutingMapGradTester().tokens(64).experts(256).topk(8).hidden(7168).Test(DType::kBFloat16);
+  TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(64).experts(256).capacity(2).hidden(7168)
+      .Test(DType::kBFloat16);
+  TokenPermuteWithRoutingMapGradTester().tokens(32).experts(8).topk(2).hidden(4096).map_dtype(DType::kBool)
+      .Test(DType::kFloat16);
 }
 
 // A worked example from the formulas, with small integers so every sum is exact.
-TEST(TokenPermuteGrad, SpecExample) {
+TEST(TokenPermuteWithRoutingMapGrad, SpecExample) {
   // Dropless, T 2, K 2, E 3. Routing: token 0 -> experts 0, 2; token 1 -> experts 1, 2. Expert-major rows:
   // (t0, e0) = 0, (t1, e1) = 1, (t0, e2) = 2, (t1, e2) = 3, so sortedIndices = [0, 2, 1, 3].
   float g[4 * 2] = {1, 10, 2, 20, 3, 30, 4, 40};
@@ -404,7 +367,7 @@ TEST(TokenPermuteGrad, SpecExample) {
   EXPECT_EQ(std::vector<float>(prg2, prg2 + 6), (std::vector<float>{0.25f, 0, 0.5f, 2 + 8, 0, 0}));
 }
 
-TEST(TokenPermuteGrad, RepeatableExecutorRunsAgain) {
+TEST(TokenPermuteWithRoutingMapGrad, RepeatableExecutorRunsAgain) {
   std::vector<float> g(6 * 4), pg(6), tg(3 * 4), prg(3 * 2);
   for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i);
   for (size_t i = 0; i < pg.size(); ++i) pg[i] = static_cast<float>(i) + 0.5f;
@@ -438,7 +401,7 @@ TEST(TokenPermuteGrad, RepeatableExecutorRunsAgain) {
 
 // Element offsets past 2^32: row strides of 2^32 + 1 elements in address space reserved but never touched
 // except for the few rows the call reads and writes.
-TEST(TokenPermuteGrad, SixtyFourBitOffsets) {
+TEST(TokenPermuteWithRoutingMapGrad, SixtyFourBitOffsets) {
   const int64_t stride = (int64_t{1} << 32) + 1;
   const size_t bytes = static_cast<size_t>(2 * stride + 64) * sizeof(float);
   void* g_mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -14,6 +14,7 @@
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map.h"
 #include "moegrad/ops.hpp"
 #include "src/ref/reference.h"
+#include "tests/support/api.h"
 #include "tests/support/test_tensor.h"
 
 namespace moegrad::testing {
@@ -21,50 +22,44 @@ namespace {
 
 constexpr DType kFloats[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 constexpr Layout kLayouts[] = {Layout::kContiguous, Layout::kPadded, Layout::kTransposed};
-enum class Api { kCpp, kPlan, kAcl };
-
-aclTensor* AclOf(TestTensor& t) {
-  const int64_t storage = t.storage_elements();
-  return aclCreateTensor(t.sizes_vector().data(), t.sizes_vector().size(), static_cast<aclDataType>(t.dtype()),
-                         t.strides_vector().data(), t.offset_elements(), ACL_FORMAT_ND, &storage, 1, t.storage());
-}
-
 struct Tensors {
   TestTensor tokens, map, probs, permuted, permuted_probs, sorted;
 };
 
-class PermuteTester {
+class TokenPermuteWithRoutingMapTester {
  public:
-  PermuteTester& tokens(int64_t v) { T_ = v; return *this; }
-  PermuteTester& experts(int64_t v) { E_ = v; return *this; }
-  PermuteTester& hidden(int64_t v) { H_ = v; return *this; }
-  PermuteTester& topk(int64_t v) { K_ = v; return *this; }          // dropless
-  PermuteTester& capacity(int64_t v) { C_ = v; return *this; }      // drop-and-pad
-  PermuteTester& drop_and_pad(bool v) { dp_ = v; return *this; }
-  PermuteTester& density(double v) { density_ = v; return *this; }  // drop-and-pad: share of routed entries
-  PermuteTester& probs(bool v) { probs_ = v; return *this; }
+  TokenPermuteWithRoutingMapTester& tokens(int64_t v) { T_ = v; return *this; }
+  TokenPermuteWithRoutingMapTester& experts(int64_t v) { E_ = v; return *this; }
+  TokenPermuteWithRoutingMapTester& hidden(int64_t v) { H_ = v; return *this; }
+  TokenPermuteWithRoutingMapTester& topk(int64_t v) { K_ = v; return *this; }          // dropless
+  TokenPermuteWithRoutingMapTester& capacity(int64_t v) { C_ = v; return *this; }      // drop-and-pad
+  TokenPermuteWithRoutingMapTester& drop_and_pad(bool v) { dp_ = v; return *this; }
+  // Drop-and-pad: the share of routed entries.
+  TokenPermuteWithRoutingMapTester& density(double v) { density_ = v; return *this; }
+  TokenPermuteWithRoutingMapTester& probs(bool v) { probs_ = v; return *this; }
   // Without probs: pass a permuteProbsOut anyway; it must stay untouched.
-  PermuteTester& unused_probs_out(bool v) { unused_probs_out_ = v; return *this; }
-  PermuteTester& map_dtype(DType v) { map_dtype_ = v; return *this; }
-  PermuteTester& layout(Layout in, Layout out) { in_ = in; out_ = out; return *this; }
-  PermuteTester& seed(uint64_t v) { seed_ = v; return *this; }
-  PermuteTester& api(Api v) { api_ = v; return *this; }
-  PermuteTester& all_targets(bool v) { all_targets_ = v; return *this; }
+  TokenPermuteWithRoutingMapTester& unused_probs_out(bool v) { unused_probs_out_ = v; return *this; }
+  TokenPermuteWithRoutingMapTester& map_dtype(DType v) { map_dtype_ = v; return *this; }
+  TokenPermuteWithRoutingMapTester& layout(Layout in, Layout out) { in_ = in; out_ = out; return *this; }
+  TokenPermuteWithRoutingMapTester& seed(uint64_t v) { seed_ = v; return *this; }
+  TokenPermuteWithRoutingMapTester& api(Api v) { api_ = v; return *this; }
+  TokenPermuteWithRoutingMapTester& all_targets(bool v) { all_targets_ = v; return *this; }
 
   int64_t rows() const { return dp_ ? E_ * C_ : T_ * K_; }
 
   void Test(DType dtype) const {
     const Tensors in = Make(dtype);
     Tensors want = in;
-    ref::TokenPermuteWithRoutingMap(Args(want));
+    ref::TokenPermuteWithRoutingMap(Call(want).CppArgs());
     const auto tok_before = in.permuted.Snapshot(), probs_before = in.permuted_probs.Snapshot();
     const auto idx_before = in.sorted.Snapshot();
     auto check = [&](const std::string& where) {
       Tensors got = in;
-      const Status s = Run(&got);
+      const Status s = Call(got).Run(api_, /*runs=*/2);  // a plan or executor runs twice
       ASSERT_TRUE(s.ok()) << s.message() << Describe(dtype) << where;
-      Expect(got.permuted, want.permuted, tok_before, "permuteTokensOut", dtype, where);
-      if (probs_) Expect(got.permuted_probs, want.permuted_probs, probs_before, "permuteProbsOut", dtype, where);
+      const std::string context = Describe(dtype) + where;
+      ExpectBitIdentical(got.permuted, want.permuted, tok_before, "permuteTokensOut", context);
+      if (probs_) ExpectBitIdentical(got.permuted_probs, want.permuted_probs, probs_before, "permuteProbsOut", context);
       else EXPECT_TRUE(got.permuted_probs.SameBytes(probs_before)) << "permuteProbsOut written" << Describe(dtype);
       EXPECT_TRUE(got.sorted.OutsideViewUnchanged(idx_before)) << "sortedIndicesOut outside view" << Describe(dtype);
       for (int64_t i = 0; i < got.sorted.numel(); ++i) {
@@ -79,12 +74,7 @@ class PermuteTester {
           << "an input was written" << Describe(dtype);
     };
     if (!all_targets_) return check("");
-    for (int threads : {1, 2, 3}) {
-      SetNumThreads(threads);
-      const auto targets = ForEachSimdTarget([&] { check(" threads=" + std::to_string(threads)); });
-      EXPECT_GE(targets.size(), 1u);
-    }
-    SetNumThreads(0);
+    ForEachThreadCountAndSimdTarget([&](int threads) { check(" threads=" + std::to_string(threads)); });
   }
 
  private:
@@ -100,91 +90,28 @@ class PermuteTester {
     t.sorted = TestTensor(DType::kInt32, {N}, out_, seed_ + 6);
     t.tokens.FillUniform(rng);
     t.probs.FillUniform(rng, 0.0f, 1.0f);
-    std::vector<uint8_t> routed(static_cast<size_t>(T_ * E_), 0);
-    std::vector<int64_t> order(static_cast<size_t>(E_));
-    std::uniform_real_distribution<double> unit(0.0, 1.0);
-    for (int64_t r = 0; r < T_; ++r) {
-      std::iota(order.begin(), order.end(), 0);
-      std::shuffle(order.begin(), order.end(), rng);
-      for (int64_t e = 0; e < E_; ++e) {
-        const bool hit = dp_ ? unit(rng) < density_ : order[static_cast<size_t>(e)] < K_;
-        routed[static_cast<size_t>(r * E_ + e)] = hit;
-      }
-    }
-    // Any non-zero byte is routed: INT8 maps use assorted non-zero values.
-    for (int64_t i = 0; i < T_ * E_; ++i) {
-      int64_t v = routed[static_cast<size_t>(i)];
-      if (v && map_dtype_ == DType::kInt8) v = (i % 4 == 1) ? -3 : (i % 4 == 2 ? 127 : 1);
-      t.map.SetI(i, v);
-    }
+    SetRoutingMap(t.map, RandomRouting(T_, E_, dp_, K_, density_, rng));
     return t;
   }
 
-  TokenPermuteWithRoutingMapArgs Args(const Tensors& t) const {
-    TokenPermuteWithRoutingMapArgs a;
-    a.tokens = t.tokens;
-    a.routing_map = t.map;
-    if (probs_) a.probs = t.probs.view();
-    a.num_out_tokens = rows();
-    a.drop_and_pad = dp_;
-    a.permute_tokens = t.permuted;
-    if (probs_ || unused_probs_out_) a.permute_probs = t.permuted_probs.view();
-    a.sorted_indices = t.sorted;
-    return a;
-  }
-
-  Status Run(Tensors* t) const {
-    const TokenPermuteWithRoutingMapArgs a = Args(*t);
-    if (api_ == Api::kCpp) return TokenPermuteWithRoutingMap(a);
-    if (api_ == Api::kPlan) {
-      Plan plan;
-      Status s = PlanTokenPermuteWithRoutingMap(a, &plan);
-      for (int rep = 0; rep < 2 && s.ok(); ++rep) s = plan.Run();
-      return s;
-    }
-    aclTensor* tokens = AclOf(t->tokens);
-    aclTensor* map = AclOf(t->map);
-    aclTensor* probs = probs_ ? AclOf(t->probs) : nullptr;
-    aclTensor* permuted = AclOf(t->permuted);
-    aclTensor* pprobs = (probs_ || unused_probs_out_) ? AclOf(t->permuted_probs) : nullptr;
-    aclTensor* sorted = AclOf(t->sorted);
-    uint64_t ws_size = 0;
-    aclOpExecutor* ex = nullptr;
-    aclnnStatus st = aclnnMoeTokenPermuteWithRoutingMapGetWorkspaceSize(tokens, map, probs, rows(), dp_, permuted,
-                                                                        pprobs, sorted, &ws_size, &ex);
-    if (st == ACLNN_SUCCESS) {
-      EXPECT_EQ(aclSetAclOpExecutorRepeatable(ex), ACLNN_SUCCESS);
-      void* ws = nullptr;
-      if (ws_size > 0) {
-        EXPECT_EQ(aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
-      }
-      for (int rep = 0; rep < 2 && st == ACLNN_SUCCESS; ++rep) st = aclnnMoeTokenPermuteWithRoutingMap(ws, ws_size, ex, nullptr);
-      aclDestroyAclOpExecutor(ex);
-      if (ws) aclrtFree(ws);
-    }
-    for (aclTensor* x : {tokens, map, probs, permuted, pprobs, sorted}) {
-      if (x) aclDestroyTensor(x);
-    }
-    return st == ACLNN_SUCCESS ? Status::Ok() : Status(static_cast<StatusCode>(st), aclGetRecentErrMsg());
-  }
-
-  void Expect(const TestTensor& got, const TestTensor& want, const std::vector<uint8_t>& before, const char* what,
-              DType dtype, const std::string& where) const {
-    EXPECT_TRUE(got.OutsideViewUnchanged(before)) << what << " written outside its view" << Describe(dtype) << where;
-    for (int64_t i = 0; i < got.numel(); ++i) {
-      if (ElementBits(got, i) != ElementBits(want, i)) {
-        ADD_FAILURE() << what << " element " << i << " = " << got.GetF(i) << " but the reference gives "
-                      << want.GetF(i) << Describe(dtype) << where;
-        return;
-      }
-    }
+  // The call over `t`: probs and permuteProbsOut as configured.
+  TestCall<TokenPermuteWithRoutingMapArgs> Call(Tensors& t) const {
+    TestCall<TokenPermuteWithRoutingMapArgs> c;
+    c.tensors = {&t.tokens,
+                 &t.map,
+                 probs_ ? &t.probs : nullptr,
+                 &t.permuted,
+                 probs_ || unused_probs_out_ ? &t.permuted_probs : nullptr,
+                 &t.sorted};
+    c.attrs = {rows(), dp_};
+    return c;
   }
 
   std::string Describe(DType dtype) const {
     return std::string(" [") + DTypeName(dtype) + " T=" + std::to_string(T_) + " E=" + std::to_string(E_) +
            " H=" + std::to_string(H_) + (dp_ ? " dropAndPad C=" + std::to_string(C_) : " K=" + std::to_string(K_)) +
            (probs_ ? " probs" : "") + " map=" + DTypeName(map_dtype_) + " in=" + LayoutName(in_) +
-           " out=" + LayoutName(out_) + " api=" + std::to_string(static_cast<int>(api_)) +
+           " out=" + LayoutName(out_) + " api=" + ApiName(api_) +
            " seed=" + std::to_string(seed_) + " target=" + SimdTarget() + "]";
   }
 
@@ -220,16 +147,9 @@ TEST(TokenPermuteWithRoutingMap, HandComputed) {
                                                        : std::vector<std::pair<int, int>>{{0, 0}, {0, 2}, {1, 0},
                                                                                           {1, 1}, {2, 1}, {2, 2}};
       for (auto [t, e] : hits) map.SetI(t * E + e, 1);
-      TokenPermuteWithRoutingMapArgs a;
-      a.tokens = tokens;
-      a.routing_map = map;
-      a.probs = probs.view();
-      a.num_out_tokens = N;
-      a.drop_and_pad = dp;
-      a.permute_tokens = permuted;
-      a.permute_probs = pprobs.view();
-      a.sorted_indices = sorted;
-      ASSERT_TRUE(TokenPermuteWithRoutingMap(a).ok());
+      const TestCall<TokenPermuteWithRoutingMapArgs> call{{&tokens, &map, &probs, &permuted, &pprobs, &sorted},
+                                                          {N, dp}};
+      ASSERT_TRUE(call.Run(Api::kCpp).ok());
       const std::vector<int64_t> want_idx = dp ? std::vector<int64_t>{1, 0, 0, 1} : std::vector<int64_t>{0, 4, 1, 2, 3, 5};
       // The token and expert of each permuted row.
       const std::vector<std::pair<int, int>> rows = dp ? std::vector<std::pair<int, int>>{{1, 0}, {0, 0}, {0, 1}, {1, 1}}
@@ -250,9 +170,10 @@ TEST(TokenPermuteWithRoutingMap, HiddenSizesAndDTypes) {
   uint64_t seed = 1;
   for (int64_t H : {1, 3, 8, 17, 64, 100, 1031}) {
     for (DType dt : kFloats) {
-      PermuteTester().hidden(H).seed(seed++).Test(dt);
-      PermuteTester().hidden(H).drop_and_pad(true).seed(seed++).Test(dt);
-      PermuteTester().hidden(H).probs(false).unused_probs_out(true).map_dtype(DType::kBool).seed(seed++).Test(dt);
+      TokenPermuteWithRoutingMapTester().hidden(H).seed(seed++).Test(dt);
+      TokenPermuteWithRoutingMapTester().hidden(H).drop_and_pad(true).seed(seed++).Test(dt);
+      TokenPermuteWithRoutingMapTester().hidden(H).probs(false).unused_probs_out(true).map_dtype(DType::kBool)
+          .seed(seed++).Test(dt);
     }
   }
 }
@@ -264,19 +185,20 @@ TEST(TokenPermuteWithRoutingMap, LargeOutputsStream) {
   for (int64_t H : {2048, 2049}) {
     for (DType dt : kFloats) {
       // 4096 permuted rows: 33.6 MB in f32, 16.8 MB in 16-bit types.
-      PermuteTester().tokens(2048).experts(16).topk(2).hidden(H).seed(seed++).Test(dt);
-      PermuteTester().tokens(2048).experts(16).capacity(256).drop_and_pad(true).hidden(H).seed(seed++).Test(dt);
+      TokenPermuteWithRoutingMapTester().tokens(2048).experts(16).topk(2).hidden(H).seed(seed++).Test(dt);
+      TokenPermuteWithRoutingMapTester().tokens(2048).experts(16).capacity(256).drop_and_pad(true).hidden(H)
+          .seed(seed++).Test(dt);
     }
   }
   // Every thread count splits the rows differently.
-  PermuteTester().tokens(2048).experts(16).topk(2).hidden(2049).seed(seed++).all_targets(true)
+  TokenPermuteWithRoutingMapTester().tokens(2048).experts(16).topk(2).hidden(2049).seed(seed++).all_targets(true)
       .Test(DType::kBFloat16);
   // Rows are copied token by token, at most 64 destinations per pass over the source row: with 3 tokens and
   // 100 experts of capacity 2, unrouted tokens fill the slots, so a token is copied to up to 100 rows.
   for (double density : {0.0, 0.3}) {
-    PermuteTester().tokens(3).experts(100).capacity(2).drop_and_pad(true).density(density).hidden(16384)
-        .seed(seed++).all_targets(true).Test(DType::kFloat32);
-    PermuteTester().tokens(3).experts(100).capacity(2).drop_and_pad(true).density(density).hidden(15)
+    TokenPermuteWithRoutingMapTester().tokens(3).experts(100).capacity(2).drop_and_pad(true).density(density)
+        .hidden(16384).seed(seed++).all_targets(true).Test(DType::kFloat32);
+    TokenPermuteWithRoutingMapTester().tokens(3).experts(100).capacity(2).drop_and_pad(true).density(density).hidden(15)
         .seed(seed++).Test(DType::kBFloat16);
   }
 }
@@ -286,25 +208,26 @@ TEST(TokenPermuteWithRoutingMap, LargeOutputsStream) {
 TEST(TokenPermuteWithRoutingMap, WideRoutingMaps) {
   uint64_t seed = 900;
   for (int64_t E : {15, 16, 17, 40, 63, 64, 65, 129, 256, 300}) {
-    PermuteTester().tokens(70).experts(E).topk(3).hidden(5).seed(seed++).all_targets(true).Test(DType::kFloat32);
-    PermuteTester().tokens(70).experts(E).capacity(2).drop_and_pad(true).density(0.05).hidden(5).seed(seed++)
-        .all_targets(true).Test(DType::kBFloat16);
+    TokenPermuteWithRoutingMapTester().tokens(70).experts(E).topk(3).hidden(5).seed(seed++).all_targets(true)
+        .Test(DType::kFloat32);
+    TokenPermuteWithRoutingMapTester().tokens(70).experts(E).capacity(2).drop_and_pad(true).density(0.05).hidden(5)
+        .seed(seed++).all_targets(true).Test(DType::kBFloat16);
   }
   // 66000 tokens routed to all 81 experts (a whole 64-byte vector, a 16-byte one and one more): blocks of 258
   // tokens, past the 255 rows a byte counter holds.
-  PermuteTester().tokens(66000).experts(81).topk(81).hidden(1).seed(seed++).Test(DType::kFloat32);
+  TokenPermuteWithRoutingMapTester().tokens(66000).experts(81).topk(81).hidden(1).seed(seed++).Test(DType::kFloat32);
 }
 
 TEST(TokenPermuteWithRoutingMap, TopKCapacityAndDensity) {
   uint64_t seed = 100;
   for (int64_t K : {0, 1, 2, 3, 8, 16}) {
-    PermuteTester().tokens(9).experts(16).topk(K).hidden(12).seed(seed++).Test(DType::kFloat32);
+    TokenPermuteWithRoutingMapTester().tokens(9).experts(16).topk(K).hidden(12).seed(seed++).Test(DType::kFloat32);
   }
   for (int64_t C : {0, 1, 2, 5, 9}) {
     for (double density : {0.0, 0.2, 0.7, 1.0}) {
       for (DType map : {DType::kInt8, DType::kBool}) {
-        PermuteTester().drop_and_pad(true).tokens(9).experts(5).capacity(C).density(density).map_dtype(map)
-            .hidden(10).seed(seed++).Test(DType::kBFloat16);
+        TokenPermuteWithRoutingMapTester().drop_and_pad(true).tokens(9).experts(5).capacity(C).density(density)
+            .map_dtype(map).hidden(10).seed(seed++).Test(DType::kBFloat16);
       }
     }
   }
@@ -314,10 +237,11 @@ TEST(TokenPermuteWithRoutingMap, LayoutsAndApis) {
   uint64_t seed = 300;
   for (Layout in : kLayouts) {
     for (Layout out : kLayouts) {
-      for (Api api : {Api::kCpp, Api::kPlan, Api::kAcl}) {
+      for (Api api : {Api::kCpp, Api::kCppPlan, Api::kAclnn}) {
         for (bool dp : {false, true}) {
           for (DType dt : kFloats) {
-            PermuteTester().drop_and_pad(dp).layout(in, out).api(api).hidden(13).seed(seed++).Test(dt);
+            TokenPermuteWithRoutingMapTester().drop_and_pad(dp).layout(in, out).api(api).hidden(13).seed(seed++)
+                .Test(dt);
           }
         }
       }
@@ -327,11 +251,13 @@ TEST(TokenPermuteWithRoutingMap, LayoutsAndApis) {
 
 TEST(TokenPermuteWithRoutingMap, EmptyTensors) {
   for (bool dp : {false, true}) {
-    for (Api api : {Api::kCpp, Api::kAcl}) {
-      PermuteTester().drop_and_pad(dp).tokens(0).capacity(0).api(api).Test(DType::kFloat32);  // T = 0
-      PermuteTester().drop_and_pad(dp).hidden(0).api(api).Test(DType::kFloat16);            // H = 0
-      PermuteTester().drop_and_pad(dp).experts(0).topk(0).capacity(0).api(api).Test(DType::kBFloat16);  // E = 0
-      PermuteTester().drop_and_pad(dp).topk(0).capacity(0).api(api).Test(DType::kFloat32);  // N = 0
+    for (Api api : {Api::kCpp, Api::kAclnn}) {
+      TokenPermuteWithRoutingMapTester().drop_and_pad(dp).tokens(0).capacity(0).api(api)
+          .Test(DType::kFloat32);  // T = 0
+      TokenPermuteWithRoutingMapTester().drop_and_pad(dp).hidden(0).api(api).Test(DType::kFloat16);            // H = 0
+      TokenPermuteWithRoutingMapTester().drop_and_pad(dp).experts(0).topk(0).capacity(0).api(api)
+          .Test(DType::kBFloat16);  // E = 0
+      TokenPermuteWithRoutingMapTester().drop_and_pad(dp).topk(0).capacity(0).api(api).Test(DType::kFloat32);  // N = 0
     }
   }
 }
@@ -339,11 +265,12 @@ TEST(TokenPermuteWithRoutingMap, EmptyTensors) {
 TEST(TokenPermuteWithRoutingMap, BitIdenticalAcrossSimdTargetsAndThreads) {
   // 1000 tokens: 16 blocks of the index computation; 4000 / 2000 output rows in several tasks.
   for (DType dt : kFloats) {
-    PermuteTester().tokens(1000).experts(16).topk(4).hidden(64).all_targets(true).seed(7).Test(dt);
-    PermuteTester().tokens(1000).experts(16).drop_and_pad(true).capacity(125).density(0.15).hidden(64)
-        .map_dtype(DType::kBool).all_targets(true).seed(8).Test(dt);
+    TokenPermuteWithRoutingMapTester().tokens(1000).experts(16).topk(4).hidden(64).all_targets(true).seed(7).Test(dt);
+    TokenPermuteWithRoutingMapTester().tokens(1000).experts(16).drop_and_pad(true).capacity(125).density(0.15)
+        .hidden(64).map_dtype(DType::kBool).all_targets(true).seed(8).Test(dt);
   }
-  PermuteTester().tokens(700).experts(9).topk(3).hidden(33).layout(Layout::kTransposed, Layout::kPadded)
+  TokenPermuteWithRoutingMapTester().tokens(700).experts(9).topk(3).hidden(33)
+      .layout(Layout::kTransposed, Layout::kPadded)
       .all_targets(true).Test(DType::kFloat16);
 }
 

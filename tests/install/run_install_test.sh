@@ -4,7 +4,8 @@
 #      public header compiling from the installed tree alone;
 #   2. every tests/install/*_client.cpp built with nothing but
 #        g++ -std=c++17 client.cpp -I<prefix>/include -L<libdir> -lmoegrad
-#      run with LD_LIBRARY_PATH=<libdir>, exit status 0 and last line "RESULT: PASS";
+#      (their common code, client_util.h, is included from next to them) and run with LD_LIBRARY_PATH=<libdir>:
+#      exit status 0 and last line "RESULT: PASS";
 #   3. tests/install/consumer/, a CMake project using find_package(moegrad) and moegrad::moegrad.
 # Usage: run_install_test.sh <build dir> <tests/install dir>
 set -euo pipefail
@@ -28,6 +29,14 @@ fail() {
 show() {  # the tail of a log, indented
   tail -n "${2:-40}" "$1" | sed 's/^/    /'
 }
+
+# A library built for fuzzing (MOEGRAD_FUZZ=ON) carries libFuzzer's coverage hooks, which only a libFuzzer
+# program provides: no outside program can link it, so the test has nothing to check there (ctest: skipped).
+fuzz=$(sed -n 's/^MOEGRAD_FUZZ:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+if [[ ${fuzz^^} =~ ^(ON|1|TRUE|YES|Y)$ ]]; then
+  echo "install test: skipped: the build is instrumented for libFuzzer (MOEGRAD_FUZZ=$fuzz)"
+  exit 77
+fi
 
 # A sanitized library needs its runtime in the executables that load it; only then are flags added.
 sanitize=$(sed -n 's/^MOEGRAD_SANITIZE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)

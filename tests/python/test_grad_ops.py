@@ -8,7 +8,16 @@ from reference import assert_close, make_view
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-def finalize_grad_formula(grad_y, idx, expanded_x, scales, expert_idx, bias, mode, active_num, rows_shape):
+def check_output(got, want, shape, dtype, name):
+    """An operator's output: of `shape` and `dtype` and close to `want`; None where `want` is None."""
+    if want is None:
+        assert got is None
+        return
+    assert got.shape == shape and got.dtype == dtype
+    assert_close(got, want, dtype, name)
+
+
+def finalize_routing_v2_grad_formula(grad_y, idx, expanded_x, scales, expert_idx, bias, mode, active_num, rows_shape):
     """gradExpandedX[v] += gradY[i/K] * s_i; gradScales[i] = sum_j (x_i + b_i)[j] * gradY[i/K][j] (float64)."""
     tokens, hidden = grad_y.shape
     topk = scales.shape[1] if scales is not None else idx.numel() // tokens
@@ -35,7 +44,7 @@ def finalize_grad_formula(grad_y, idx, expanded_x, scales, expert_idx, bias, mod
 @pytest.mark.parametrize("mode,active_num", [(0, 0), (0, 11), (0, 1000), (1, 0)])
 @pytest.mark.parametrize("with_scales,with_bias", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
-def test_finalize_grad_operator(dtype, mode, active_num, with_scales, with_bias, layout):
+def test_finalize_routing_v2_grad_operator(dtype, mode, active_num, with_scales, with_bias, layout):
     tokens, topk, hidden, experts, capacity = 9, 2, 13, 4, 4
     pairs = tokens * topk
     if mode == 0:
@@ -55,18 +64,14 @@ def test_finalize_grad_operator(dtype, mode, active_num, with_scales, with_bias,
         grad_y, make_view(idx, layout), expanded_x=expanded_x, scales=scales, expert_idx=expert_idx, bias=bias,
         drop_pad_mode=mode, active_num=active_num, expert_num=experts if mode == 1 else 0,
         expert_capacity=capacity if mode == 1 else 0)
-    want_x, want_s = finalize_grad_formula(grad_y, idx, expanded_x, scales, expert_idx, bias, mode, active_num,
-                                           shape)
-    assert grad_x.shape == shape and grad_x.dtype == dtype
-    assert_close(grad_x, want_x, dtype, "grad_expanded_x")
-    if with_scales:
-        assert grad_s.shape == (tokens, topk) and grad_s.dtype == dtype
-        assert_close(grad_s, want_s, dtype, "grad_scales")
-    else:
-        assert grad_s is None
+    want_x, want_s = finalize_routing_v2_grad_formula(grad_y, idx, expanded_x, scales, expert_idx, bias, mode,
+                                                      active_num, shape)
+    check_output(grad_x, want_x, shape, dtype, "grad_expanded_x")
+    check_output(grad_s, want_s if with_scales else None, (tokens, topk), dtype, "grad_scales")
 
 
-def permute_grad_formula(grad, sorted_indices, experts, tokens, drop_and_pad, probs_grad, routing_map):
+def token_permute_with_routing_map_grad_formula(grad, sorted_indices, experts, tokens, drop_and_pad, probs_grad,
+                                                routing_map):
     hidden = grad.shape[1]
     tokens_grad = torch.zeros(tokens, hidden, dtype=torch.float64)
     out_probs = torch.zeros(tokens, experts, dtype=torch.float64) if probs_grad is not None else None
@@ -97,7 +102,7 @@ def permute_grad_formula(grad, sorted_indices, experts, tokens, drop_and_pad, pr
 @pytest.mark.parametrize("drop_and_pad", [False, True])
 @pytest.mark.parametrize("with_probs", [False, True])
 @pytest.mark.parametrize("layout", ["contiguous", "sliced"])
-def test_permute_grad_operator(dtype, drop_and_pad, with_probs, layout):
+def test_token_permute_with_routing_map_grad_operator(dtype, drop_and_pad, with_probs, layout):
     tokens, experts, hidden, topk, capacity = 11, 5, 9, 2, 4
     routing_map = torch.zeros(tokens, experts, dtype=torch.bool).scatter_(
         1, torch.rand(tokens, experts).topk(topk, dim=1).indices, True)
@@ -112,20 +117,15 @@ def test_permute_grad_operator(dtype, drop_and_pad, with_probs, layout):
     tokens_grad, out_probs = mt.moe_token_permute_with_routing_map_grad(
         grad, make_view(sorted_indices, layout), experts, tokens, drop_and_pad=drop_and_pad,
         permuted_probs_output_grad=probs_grad, routing_map=routing_map if with_probs else None)
-    want_t, want_p = permute_grad_formula(grad, sorted_indices, experts, tokens, drop_and_pad, probs_grad,
-                                          routing_map)
-    assert tokens_grad.shape == (tokens, hidden) and tokens_grad.dtype == dtype
-    assert_close(tokens_grad, want_t, dtype, "tokens_grad")
-    if with_probs:
-        assert out_probs.shape == (tokens, experts) and out_probs.dtype == dtype
-        assert_close(out_probs, want_p, dtype, "probs_grad")
-    else:
-        assert out_probs is None
+    want_t, want_p = token_permute_with_routing_map_grad_formula(grad, sorted_indices, experts, tokens, drop_and_pad,
+                                                                 probs_grad, routing_map)
+    check_output(tokens_grad, want_t, (tokens, hidden), dtype, "tokens_grad")
+    check_output(out_probs, want_p if with_probs else None, (tokens, experts), dtype, "probs_grad")
 
 
 def test_grad_operators_are_not_differentiable_but_accept_grad_inputs():
     grad_y = torch.randn(4, 6, requires_grad=True)
     idx = torch.randperm(4).to(torch.int32)
     grad_x, _ = mt.moe_finalize_routing_v2_grad(grad_y, idx)
-    want, _ = finalize_grad_formula(grad_y.detach(), idx, None, None, None, None, 0, 0, (4, 6))
+    want, _ = finalize_routing_v2_grad_formula(grad_y.detach(), idx, None, None, None, None, 0, 0, (4, 6))
     assert_close(grad_x, want, torch.float32, "grad_expanded_x")

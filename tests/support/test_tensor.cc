@@ -1,8 +1,13 @@
 #include "tests/support/test_tensor.h"
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <functional>
+#include <numeric>
 
 #include "hwy/targets.h"
+#include "moegrad/plan.hpp"
 
 namespace moegrad::testing {
 
@@ -125,6 +130,42 @@ uint32_t ElementBits(const TestTensor& t, int64_t flat) {
   }
 }
 
+void ExpectBitIdentical(const TestTensor& got, const TestTensor& want, const std::vector<uint8_t>& before,
+                        const std::string& what, const std::string& context) {
+  EXPECT_TRUE(got.OutsideViewUnchanged(before)) << what << " written outside its view" << context;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    if (ElementBits(got, i) != ElementBits(want, i)) {
+      ADD_FAILURE() << what << "[" << i << "] = " << got.GetF(i) << " but the reference gives " << want.GetF(i)
+                    << context;
+      return;
+    }
+  }
+}
+
+void SetRoutingMap(TestTensor& map, const std::vector<uint8_t>& routed) {
+  for (int64_t i = 0; i < map.numel(); ++i) {
+    int64_t v = routed[static_cast<size_t>(i)];
+    if (v && map.dtype() == DType::kInt8) v = (i % 4 == 1) ? -3 : (i % 4 == 2 ? 127 : 1);
+    map.SetI(i, v);
+  }
+}
+
+std::vector<uint8_t> RandomRouting(int64_t T, int64_t E, bool drop_and_pad, int64_t k, double density,
+                                   std::mt19937_64& rng) {
+  std::vector<uint8_t> routed(static_cast<size_t>(T * E), 0);
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int64_t t = 0; t < T; ++t) {
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int64_t e = 0; e < E; ++e) {
+      const bool hit = drop_and_pad ? unit(rng) < density : order[static_cast<size_t>(e)] < k;
+      routed[static_cast<size_t>(t * E + e)] = hit;
+    }
+  }
+  return routed;
+}
+
 std::vector<std::string> ForEachSimdTarget(const std::function<void()>& fn) {
   std::vector<std::string> names;
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
@@ -133,6 +174,17 @@ std::vector<std::string> ForEachSimdTarget(const std::function<void()>& fn) {
     fn();
   }
   hwy::SetSupportedTargetsForTest(0);
+  return names;
+}
+
+std::vector<std::string> ForEachThreadCountAndSimdTarget(const std::function<void(int threads)>& fn) {
+  std::vector<std::string> names;
+  for (int threads : {1, 2, 3}) {
+    SetNumThreads(threads);
+    names = ForEachSimdTarget([&] { fn(threads); });
+    EXPECT_GE(names.size(), 1u);
+  }
+  SetNumThreads(0);
   return names;
 }
 

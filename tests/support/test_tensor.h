@@ -78,9 +78,25 @@ class TestTensor {
 // Bits of a float element for exact comparisons (fp32 bits, or the 16-bit pattern).
 uint32_t ElementBits(const TestTensor& t, int64_t flat);
 
+// Every view element of the float tensor `got` equal to `want`'s bit for bit (the first difference is reported
+// as "<what>[i]"), and its storage outside the view as in `before`; `context` ends every message.
+void ExpectBitIdentical(const TestTensor& got, const TestTensor& want, const std::vector<uint8_t>& before,
+                        const std::string& what, const std::string& context);
+
+// Writes a routing map: element i (row-major) routed where routed[i] != 0. Any non-zero byte is routed, so an
+// INT8 map gets assorted non-zero values (-3, 127, 1), a BOOL map 1.
+void SetRoutingMap(TestTensor& map, const std::vector<uint8_t>& routed);
+// The routed entries of a T x E map (row-major, 1 = routed): with drop_and_pad each entry with probability
+// `density`, else the first `k` experts of a shuffled list per token (exactly k per token).
+std::vector<uint8_t> RandomRouting(int64_t T, int64_t E, bool drop_and_pad, int64_t k, double density,
+                                   std::mt19937_64& rng);
+
 // Runs fn once per SIMD target this machine supports (Highway's dispatch mocked to that target), and
 // returns the names of the targets it ran.
 std::vector<std::string> ForEachSimdTarget(const std::function<void()>& fn);
+// fn(threads) with 1, 2 and 3 worker threads, each time on every SIMD target (at least one), then the default
+// thread count again; returns the names of the targets.
+std::vector<std::string> ForEachThreadCountAndSimdTarget(const std::function<void(int threads)>& fn);
 
 // Relative tolerance of one rounding to `dtype`.
 float Epsilon(DType dtype);

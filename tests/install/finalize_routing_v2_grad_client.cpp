@@ -1,75 +1,19 @@
 /**
  * aclnnMoeFinalizeRoutingV2Grad sample, written the way a CANN sample for an Ascend NPU is written:
  * init, device, stream, device buffers filled by aclrtMemcpy, aclTensor descriptors, the two-phase call,
- * synchronize, copy back, print, release. Built against an installed moegrad with nothing but
- *   g++ -std=c++17 finalize_grad_client.cpp -I<prefix>/include -L<libdir> -lmoegrad
+ * synchronize, copy back, print, release (the common steps in client_util.h, next to this file). Built against
+ * an installed moegrad with nothing but
+ *   g++ -std=c++17 finalize_routing_v2_grad_client.cpp -I<prefix>/include -L<libdir> -lmoegrad
  * Each case's expected values come from plain loops over the operator's formulas (in double), not from
  * the library; the last line is "RESULT: PASS" or "RESULT: FAIL".
  */
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <vector>
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_moe_finalize_routing_v2_grad.h"
-
-#define CHECK_RET(cond, return_expr) \
-  do {                               \
-    if (!(cond)) {                   \
-      return_expr;                   \
-    }                                \
-  } while (0)
-
-#define LOG_PRINT(message, ...)     \
-  do {                              \
-    printf(message, ##__VA_ARGS__); \
-  } while (0)
-
-int64_t GetShapeSize(const std::vector<int64_t>& shape) {
-  int64_t shapeSize = 1;
-  for (auto i : shape) {
-    shapeSize *= i;
-  }
-  return shapeSize;
-}
-
-int Init(int32_t deviceId, aclrtStream* stream) {
-  auto ret = aclInit(nullptr);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclInit failed. ERROR: %d\n", ret); return ret);
-  ret = aclrtSetDevice(deviceId);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSetDevice failed. ERROR: %d\n", ret); return ret);
-  ret = aclrtCreateStream(stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtCreateStream failed. ERROR: %d\n", ret); return ret);
-  return 0;
-}
-
-template <typename T>
-int CreateAclTensor(const std::vector<T>& hostData, const std::vector<int64_t>& shape, void** deviceAddr,
-                    aclDataType dataType, aclTensor** tensor) {
-  auto size = GetShapeSize(shape) * sizeof(T);
-  auto ret = aclrtMalloc(deviceAddr, size, ACL_MEM_MALLOC_HUGE_FIRST);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMalloc failed. ERROR: %d\n", ret); return ret);
-  ret = aclrtMemcpy(*deviceAddr, size, hostData.data(), size, ACL_MEMCPY_HOST_TO_DEVICE);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMemcpy failed. ERROR: %d\n", ret); return ret);
-
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; i--) {
-    strides[i] = shape[i + 1] * strides[i + 1];
-  }
-  *tensor = aclCreateTensor(shape.data(), shape.size(), dataType, strides.data(), 0, aclFormat::ACL_FORMAT_ND,
-                            shape.data(), shape.size(), *deviceAddr);
-  CHECK_RET(*tensor != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg()); return -1);
-  return 0;
-}
-
-template <typename T>
-int CopyToHost(std::vector<T>& hostData, const void* deviceAddr) {
-  auto size = hostData.size() * sizeof(T);
-  auto ret = aclrtMemcpy(hostData.data(), size, deviceAddr, size, ACL_MEMCPY_DEVICE_TO_HOST);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("copy result from device to host failed. ERROR: %d\n", ret); return ret);
-  return 0;
-}
+#include "client_util.h"
 
 // R = 2 tokens, K = 2 experts per token, H = 4, E = 3 experts (with bias), capacity C = 2 in mode 1.
 constexpr int64_t R = 2, K = 2, H = 4, E = 3, C = 2;
@@ -164,17 +108,9 @@ int RunCase(const Case& c, aclrtStream stream, bool* passed) {
             LOG_PRINT("aclnnMoeFinalizeRoutingV2GradGetWorkspaceSize failed. ERROR: %d (%s)\n", ret,
                       aclGetRecentErrMsg());
             return ret);
-  void* workspaceAddr = nullptr;
-  if (workspaceSize > 0) {
-    ret = aclrtMalloc(&workspaceAddr, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret); return ret);
-  }
-  ret = aclnnMoeFinalizeRoutingV2Grad(workspaceAddr, workspaceSize, executor, stream);
-  CHECK_RET(ret == ACL_SUCCESS,
-            LOG_PRINT("aclnnMoeFinalizeRoutingV2Grad failed. ERROR: %d (%s)\n", ret, aclGetRecentErrMsg());
-            return ret);
-  ret = aclrtSynchronizeStream(stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret); return ret);
+  ret = LaunchAndSynchronize("aclnnMoeFinalizeRoutingV2Grad", aclnnMoeFinalizeRoutingV2Grad, workspaceSize, executor,
+                             stream);
+  CHECK_RET(ret == ACL_SUCCESS, return ret);
 
   ret = CopyToHost(gradXHost, gradXAddr);
   CHECK_RET(ret == ACL_SUCCESS, return ret);
@@ -198,44 +134,16 @@ int RunCase(const Case& c, aclrtStream stream, bool* passed) {
               ok ? "" : "  MISMATCH");
   }
 
-  aclDestroyTensor(gradY);
-  aclDestroyTensor(rowIdx);
-  aclDestroyTensor(expandedX);
-  aclDestroyTensor(scales);
-  aclDestroyTensor(expertIdx);
-  aclDestroyTensor(bias);
-  aclDestroyTensor(gradX);
-  aclDestroyTensor(gradScales);
-  for (void* addr : {gradYAddr, rowIdxAddr, expandedXAddr, scalesAddr, expertIdxAddr, biasAddr, gradXAddr,
-                     gradScalesAddr}) {
-    aclrtFree(addr);
-  }
-  if (workspaceSize > 0) {
-    aclrtFree(workspaceAddr);
-  }
+  Release({gradY, rowIdx, expandedX, scales, expertIdx, bias, gradX, gradScales},
+          {gradYAddr, rowIdxAddr, expandedXAddr, scalesAddr, expertIdxAddr, biasAddr, gradXAddr, gradScalesAddr});
   return 0;
 }
 
 int main() {
-  int32_t deviceId = 0;
-  aclrtStream stream;
-  auto ret = Init(deviceId, &stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("Init acl failed. ERROR: %d\n", ret); return ret);
-
   const Case cases[] = {
       {"dropless", 0, 0, {2, 0, 3, 1}},
       {"drop/pad (pair 1 dropped)", 1, 0, {4, -1, 0, 3}},
       {"dropless, activeNum 3 (pair 2 dropped)", 0, 3, {2, 0, 3, 1}},
   };
-  bool passed = true;
-  for (const Case& c : cases) {
-    ret = RunCase(c, stream, &passed);
-    CHECK_RET(ret == 0, LOG_PRINT("RESULT: FAIL\n"); return 1);
-  }
-
-  aclrtDestroyStream(stream);
-  aclrtResetDevice(deviceId);
-  aclFinalize();
-  LOG_PRINT("RESULT: %s\n", passed ? "PASS" : "FAIL");
-  return passed ? 0 : 1;
+  return RunAllCases(cases, RunCase);
 }

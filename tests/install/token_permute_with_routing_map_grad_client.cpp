@@ -1,77 +1,21 @@
 /**
  * aclnnMoeTokenPermuteWithRoutingMapGrad sample at DeepSeek-V3 layer shapes, written the way a CANN sample for
  * an Ascend NPU is written: init, device, stream, device buffers filled by aclrtMemcpy, aclTensor descriptors,
- * the two-phase call, synchronize, copy back, print, release. Built against an installed moegrad with nothing but
- *   g++ -std=c++17 token_permute_grad_client.cpp -I<prefix>/include -L<libdir> -lmoegrad
+ * the two-phase call, synchronize, copy back, print, release (the common steps in client_util.h, next to this
+ * file). Built against an installed moegrad with nothing but
+ *   g++ -std=c++17 token_permute_with_routing_map_grad_client.cpp -I<prefix>/include -L<libdir> -lmoegrad
  * Case 1: 4096 tokens, hidden 7168, 256 experts, capacity 16, drop-and-pad, probs, INT8 routing map, BF16.
  * Case 2: the same layer dropless (top-8) on 256 tokens. Expected values come from plain loops over the
  * operator's formulas (in double), not from the library; the last line is "RESULT: PASS" or "RESULT: FAIL".
  */
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
-
-#define CHECK_RET(cond, return_expr) \
-  do {                               \
-    if (!(cond)) {                   \
-      return_expr;                   \
-    }                                \
-  } while (0)
-
-#define LOG_PRINT(message, ...)     \
-  do {                              \
-    printf(message, ##__VA_ARGS__); \
-  } while (0)
-
-int64_t GetShapeSize(const std::vector<int64_t>& shape) {
-  int64_t shapeSize = 1;
-  for (auto i : shape) {
-    shapeSize *= i;
-  }
-  return shapeSize;
-}
-
-int Init(int32_t deviceId, aclrtStream* stream) {
-  auto ret = aclInit(nullptr);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclInit failed. ERROR: %d\n", ret); return ret);
-  ret = aclrtSetDevice(deviceId);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSetDevice failed. ERROR: %d\n", ret); return ret);
-  ret = aclrtCreateStream(stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtCreateStream failed. ERROR: %d\n", ret); return ret);
-  return 0;
-}
-
-template <typename T>
-int CreateAclTensor(const std::vector<T>& hostData, const std::vector<int64_t>& shape, void** deviceAddr,
-                    aclDataType dataType, aclTensor** tensor) {
-  auto size = GetShapeSize(shape) * sizeof(T);
-  auto ret = aclrtMalloc(deviceAddr, size, ACL_MEM_MALLOC_HUGE_FIRST);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMalloc failed. ERROR: %d\n", ret); return ret);
-  ret = aclrtMemcpy(*deviceAddr, size, hostData.data(), size, ACL_MEMCPY_HOST_TO_DEVICE);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMemcpy failed. ERROR: %d\n", ret); return ret);
-
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; i--) {
-    strides[i] = shape[i + 1] * strides[i + 1];
-  }
-  *tensor = aclCreateTensor(shape.data(), shape.size(), dataType, strides.data(), 0, aclFormat::ACL_FORMAT_ND,
-                            shape.data(), shape.size(), *deviceAddr);
-  CHECK_RET(*tensor != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg()); return -1);
-  return 0;
-}
-
-template <typename T>
-int CopyToHost(std::vector<T>& hostData, const void* deviceAddr) {
-  auto size = hostData.size() * sizeof(T);
-  auto ret = aclrtMemcpy(hostData.data(), size, deviceAddr, size, ACL_MEMCPY_DEVICE_TO_HOST);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("copy result from device to host failed. ERROR: %d\n", ret); return ret);
-  return 0;
-}
+#include "client_util.h"
 
 // bfloat16 on the host: the upper half of a float, rounded to nearest even.
 float Bf16ToFloat(uint16_t h) {
@@ -189,17 +133,9 @@ int RunCase(const Case& c, aclrtStream stream, bool* passed) {
             LOG_PRINT("aclnnMoeTokenPermuteWithRoutingMapGradGetWorkspaceSize failed. ERROR: %d (%s)\n", ret,
                       aclGetRecentErrMsg());
             return ret);
-  void* workspaceAddr = nullptr;
-  if (workspaceSize > 0) {
-    ret = aclrtMalloc(&workspaceAddr, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret); return ret);
-  }
-  ret = aclnnMoeTokenPermuteWithRoutingMapGrad(workspaceAddr, workspaceSize, executor, stream);
-  CHECK_RET(ret == ACL_SUCCESS,
-            LOG_PRINT("aclnnMoeTokenPermuteWithRoutingMapGrad failed. ERROR: %d (%s)\n", ret, aclGetRecentErrMsg());
-            return ret);
-  ret = aclrtSynchronizeStream(stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret); return ret);
+  ret = LaunchAndSynchronize("aclnnMoeTokenPermuteWithRoutingMapGrad", aclnnMoeTokenPermuteWithRoutingMapGrad,
+                             workspaceSize, executor, stream);
+  CHECK_RET(ret == ACL_SUCCESS, return ret);
   ret = CopyToHost(tokensGradHost, tokensGradAddr);
   CHECK_RET(ret == ACL_SUCCESS, return ret);
   ret = CopyToHost(probsGradHost, probsGradAddr);
@@ -263,40 +199,15 @@ int RunCase(const Case& c, aclrtStream stream, bool* passed) {
   LOG_PRINT("  %ld mismatches\n", (long)bad);
   *passed = *passed && bad == 0;
 
-  aclDestroyTensor(grad);
-  aclDestroyTensor(probs);
-  aclDestroyTensor(indices);
-  aclDestroyTensor(routingMap);
-  aclDestroyTensor(tokensGrad);
-  aclDestroyTensor(probsGrad);
-  for (void* addr : {gradAddr, probsAddr, indicesAddr, mapAddr, tokensGradAddr, probsGradAddr}) {
-    aclrtFree(addr);
-  }
-  if (workspaceSize > 0) {
-    aclrtFree(workspaceAddr);
-  }
+  Release({grad, probs, indices, routingMap, tokensGrad, probsGrad},
+          {gradAddr, probsAddr, indicesAddr, mapAddr, tokensGradAddr, probsGradAddr});
   return 0;
 }
 
 int main() {
-  int32_t deviceId = 0;
-  aclrtStream stream;
-  auto ret = Init(deviceId, &stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("Init acl failed. ERROR: %d\n", ret); return ret);
-
   const Case cases[] = {
       {"DeepSeek-V3 drop-and-pad (capacity 16)", 4096, true, 16},
       {"DeepSeek-V3 dropless (top-8)", 256, false, 0},
   };
-  bool passed = true;
-  for (const Case& c : cases) {
-    ret = RunCase(c, stream, &passed);
-    CHECK_RET(ret == 0, LOG_PRINT("RESULT: FAIL\n"); return 1);
-  }
-
-  aclrtDestroyStream(stream);
-  aclrtResetDevice(deviceId);
-  aclFinalize();
-  LOG_PRINT("RESULT: %s\n", passed ? "PASS" : "FAIL");
-  return passed ? 0 : 1;
+  return RunAllCases(cases, RunCase);
 }

@@ -1,4 +1,4 @@
-#include "tests/support/finalize_grad_tester.h"
+#include "tests/support/finalize_routing_v2_grad_tester.h"
 
 #include <gtest/gtest.h>
 
@@ -15,114 +15,51 @@
 namespace moegrad::testing {
 namespace {
 
-std::optional<TensorView> OptView(const std::optional<TestTensor>& t) {
-  if (!t) return std::nullopt;
-  return t->view();
-}
-
 // Whole-storage bytes of an optional tensor (empty when absent).
 std::vector<uint8_t> Bytes(const std::optional<TestTensor>& t) { return t ? t->Snapshot() : std::vector<uint8_t>(); }
 
 }  // namespace
 
-FinalizeRoutingV2GradArgs FinalizeGradCase::Args() const {
-  FinalizeRoutingV2GradArgs a;
-  a.grad_y = grad_y->view();
-  a.expanded_row_idx = expanded_row_idx->view();
-  a.expanded_x = OptView(expanded_x);
-  a.scales = OptView(scales);
-  a.expert_idx = OptView(expert_idx);
-  a.bias = OptView(bias);
-  a.drop_pad_mode = drop_pad_mode;
-  a.active_num = active_num;
-  a.expert_num = expert_num;
-  a.expert_capacity = expert_capacity;
-  a.grad_expanded_x = grad_expanded_x->view();
-  a.grad_scales = OptView(grad_scales);
-  return a;
+std::array<std::optional<TestTensor>*, 8> FinalizeRoutingV2GradCase::Tensors() {
+  return {&grad_y, &expanded_row_idx, &expanded_x, &scales, &expert_idx, &bias, &grad_expanded_x, &grad_scales};
+}
+std::array<const std::optional<TestTensor>*, 8> FinalizeRoutingV2GradCase::Tensors() const {
+  return {&grad_y, &expanded_row_idx, &expanded_x, &scales, &expert_idx, &bias, &grad_expanded_x, &grad_scales};
 }
 
-aclTensor* MakeAclTensor(TestTensor& t, bool null_data) {
-  const std::vector<int64_t>& sizes = t.sizes_vector();
-  const std::vector<int64_t>& strides = t.strides_vector();
-  const int64_t storage = t.storage_elements();
-  return aclCreateTensor(sizes.data(), sizes.size(), static_cast<aclDataType>(t.dtype()), strides.data(),
-                         t.offset_elements(), ACL_FORMAT_ND, &storage, 1, null_data ? nullptr : t.storage());
+TestCall<FinalizeRoutingV2GradArgs> FinalizeRoutingV2GradCase::Call() {
+  TestCall<FinalizeRoutingV2GradArgs> call;
+  const auto all = Tensors();
+  for (size_t k = 0; k < all.size(); ++k) call.tensors[k] = *all[k] ? &**all[k] : nullptr;
+  call.attrs = {drop_pad_mode, active_num, expert_num, expert_capacity};
+  return call;
 }
 
-aclTensor* MakeAclTensorOver(TestTensor& t, TestTensor& other) {
-  const std::vector<int64_t>& sizes = t.sizes_vector();
-  const std::vector<int64_t>& strides = t.strides_vector();
-  const int64_t storage = t.storage_elements();
-  EXPECT_LE(storage * static_cast<int64_t>(ElementSize(t.dtype())),
-            other.storage_elements() * static_cast<int64_t>(ElementSize(other.dtype())));
-  return aclCreateTensor(sizes.data(), sizes.size(), static_cast<aclDataType>(t.dtype()), strides.data(),
-                         t.offset_elements(), ACL_FORMAT_ND, &storage, 1, other.storage());
+FinalizeRoutingV2GradArgs FinalizeRoutingV2GradCase::Args() const {
+  std::array<const TensorView*, 8> views{};
+  const auto all = Tensors();
+  for (size_t k = 0; k < all.size(); ++k) views[k] = *all[k] ? &(*all[k])->view() : nullptr;
+  const int64_t attrs[] = {drop_pad_mode, active_num, expert_num, expert_capacity};
+  return MakeArgs<FinalizeRoutingV2GradArgs>(views.data(), attrs);
 }
 
-AclFinalizeGradCall::AclFinalizeGradCall(FinalizeGradCase& c) : case_(c) {
-  std::optional<TestTensor>* all[8] = {&c.grad_y, &c.expanded_row_idx, &c.expanded_x, &c.scales, &c.expert_idx,
-                                       &c.bias,   &c.grad_expanded_x,  &c.grad_scales};
-  for (int k = 0; k < 8; ++k) {
-    if (*all[k]) {
-      t_[k] = MakeAclTensor(**all[k]);
-      EXPECT_NE(t_[k], nullptr) << "aclCreateTensor " << k << ": " << aclGetRecentErrMsg();
-    }
-  }
-}
-
-AclFinalizeGradCall::~AclFinalizeGradCall() {
-  for (aclTensor* t : t_) {
-    if (t != nullptr) aclDestroyTensor(t);
-  }
-}
-
-void AclFinalizeGradCall::NullData(int index) {
-  const std::optional<TestTensor>* all[8] = {&case_.grad_y,          &case_.expanded_row_idx, &case_.expanded_x,
-                                             &case_.scales,          &case_.expert_idx,       &case_.bias,
-                                             &case_.grad_expanded_x, &case_.grad_scales};
-  TestTensor copy = **all[index];  // the metadata; its storage is never used
-  Replace(index, MakeAclTensor(copy, /*null_data=*/true));
-}
-
-void AclFinalizeGradCall::Replace(int index, aclTensor* t) {
-  if (t_[index] != nullptr) aclDestroyTensor(t_[index]);
-  t_[index] = t;
-}
-
-aclnnStatus AclFinalizeGradCall::PhaseOne(uint64_t* workspace_size, aclOpExecutor** executor) const {
-  return aclnnMoeFinalizeRoutingV2GradGetWorkspaceSize(t_[0], t_[1], t_[2], t_[3], t_[4], t_[5], case_.drop_pad_mode,
-                                                       case_.active_num, case_.expert_num, case_.expert_capacity, t_[6],
-                                                       t_[7], workspace_size, executor);
-}
-
-aclnnStatus AclFinalizeGradCall::Run() const {
-  uint64_t ws = 0;
-  aclOpExecutor* executor = nullptr;
-  const aclnnStatus s = PhaseOne(&ws, &executor);
-  if (s != ACLNN_SUCCESS) return s;
-  std::vector<int64_t> workspace((ws + 7) / 8);
-  return aclnnMoeFinalizeRoutingV2Grad(ws ? workspace.data() : nullptr, ws, executor, nullptr);
-}
-
-int64_t FinalizeGradTester::rows() const {
+int64_t FinalizeRoutingV2GradTester::rows() const {
   if (mode_ == 1) return experts_ * capacity_;
   const int64_t pairs = tokens_ * topk_;
   return active_num_ > 0 && active_num_ < pairs ? active_num_ : pairs;
 }
 
-std::string FinalizeGradTester::Describe(DType dtype) const {
-  static const char* const kApi[] = {"cpp", "cpp-plan", "aclnn"};
+std::string FinalizeRoutingV2GradTester::Describe(DType dtype) const {
   std::ostringstream s;
   s << "R=" << tokens_ << " H=" << hidden_ << " K=" << topk_ << " mode=" << mode_ << " E=" << experts_
     << " C=" << capacity_ << " activeNum=" << active_num_ << " scales=" << scales_ << " bias=" << bias_
     << " dup=" << duplicates_ << " in=" << LayoutName(in_layout_) << " out=" << LayoutName(out_layout_)
     << " x=" << pass_expanded_x_ << " gs=" << pass_grad_scales_ << " eidx=" << pass_expert_idx_ << " seed=" << seed_
-    << " api=" << kApi[static_cast<int>(api_)] << " dtype=" << DTypeName(dtype);
+    << " api=" << ApiName(api_) << " dtype=" << DTypeName(dtype);
   return s.str();
 }
 
-FinalizeGradCase FinalizeGradTester::Build(DType dtype) const {
+FinalizeRoutingV2GradCase FinalizeRoutingV2GradTester::Build(DType dtype) const {
   std::mt19937_64 rng(seed_ * 0x9e3779b97f4a7c15ull + 17);
   const int64_t R = tokens_, H = hidden_, K = topk_, E = experts_, C = capacity_;
   const int64_t pairs = R * K;
@@ -133,7 +70,7 @@ FinalizeGradCase FinalizeGradTester::Build(DType dtype) const {
   };
   const std::vector<int64_t> row_shape = mode_ == 1 ? std::vector<int64_t>{E, C, H} : std::vector<int64_t>{rows, H};
 
-  FinalizeGradCase c;
+  FinalizeRoutingV2GradCase c;
   c.dtype = dtype;
   c.drop_pad_mode = mode_;
   c.active_num = active_num_;
@@ -188,52 +125,32 @@ FinalizeGradCase FinalizeGradTester::Build(DType dtype) const {
   return c;
 }
 
-int FinalizeGradTester::Run(FinalizeGradCase& c, std::string* message) const {
-  switch (api_) {
-    case Api::kCpp: {
-      const Status s = FinalizeRoutingV2Grad(c.Args());
-      *message = s.message();
-      return static_cast<int>(s.code());
-    }
-    case Api::kCppPlan: {
-      Plan plan;
-      Status s = PlanFinalizeRoutingV2Grad(c.Args(), &plan);
-      if (s.ok()) {
-        std::vector<int64_t> workspace((plan.workspace_size() + 7) / 8);
-        s = plan.Run(workspace.data(), plan.workspace_size());
-      }
-      *message = s.message();
-      return static_cast<int>(s.code());
-    }
-    case Api::kAclnn: {
-      const aclnnStatus s = AclFinalizeGradCall(c).Run();
-      *message = aclGetRecentErrMsg();
-      return s;
-    }
-  }
-  return -1;
+int FinalizeRoutingV2GradTester::Run(FinalizeRoutingV2GradCase& c, std::string* message) const {
+  const Status s = c.Call().Run(api_);
+  *message = s.message();
+  return static_cast<int>(s.code());
 }
 
-void FinalizeGradTester::Test(DType dtype) const {
+void FinalizeRoutingV2GradTester::Test(DType dtype) const {
   SCOPED_TRACE(Describe(dtype));
   ASSERT_TRUE(scales_ || !bias_) << "bias needs scales";
-  FinalizeGradCase c = Build(dtype);
-  const FinalizeGradCase before = c;
+  FinalizeRoutingV2GradCase c = Build(dtype);
+  const FinalizeRoutingV2GradCase before = c;
   std::string message;
   ASSERT_EQ(Run(c, &message), 0) << message;
   Check(c, before);
 }
 
-void FinalizeGradTester::TestDeterminism(DType dtype) const {
+void FinalizeRoutingV2GradTester::TestDeterminism(DType dtype) const {
   SCOPED_TRACE(Describe(dtype));
   ASSERT_TRUE(scales_ || !bias_) << "bias needs scales";
-  const FinalizeGradCase before = Build(dtype);
+  const FinalizeRoutingV2GradCase before = Build(dtype);
   std::vector<uint8_t> gx_first, gs_first;
   std::string first_run;
   const std::vector<std::string> targets = ForEachSimdTarget([&] {
     for (int threads : {1, 2, 3}) {
       SetNumThreads(threads);
-      FinalizeGradCase c = before;
+      FinalizeRoutingV2GradCase c = before;
       std::string message;
       ASSERT_EQ(Run(c, &message), 0) << message;
       const std::string run = std::string(SimdTarget()) + " x " + std::to_string(threads) + " threads";
@@ -255,19 +172,19 @@ void FinalizeGradTester::TestDeterminism(DType dtype) const {
   EXPECT_GE(targets.size(), 1u);
 }
 
-void FinalizeGradTester::Check(const FinalizeGradCase& c, const FinalizeGradCase& before) const {
+void FinalizeRoutingV2GradTester::Check(const FinalizeRoutingV2GradCase& c,
+                                        const FinalizeRoutingV2GradCase& before) const {
   const DType dtype = c.dtype;
   const int64_t R = tokens_, H = hidden_, K = topk_, pairs = R * K;
   const int64_t rows = this->rows();
 
   // Inputs are never written.
-  const std::optional<TestTensor>* inputs[][2] = {
-      {&c.grad_y, &before.grad_y},         {&c.expanded_row_idx, &before.expanded_row_idx},
-      {&c.expanded_x, &before.expanded_x}, {&c.scales, &before.scales},
-      {&c.expert_idx, &before.expert_idx}, {&c.bias, &before.bias}};
-  for (const auto& in : inputs) {
-    if (*in[0]) {
-      EXPECT_TRUE((*in[0])->SameBytes((*in[1])->Snapshot())) << "an input was written";
+  const auto now = c.Tensors();
+  const auto then = before.Tensors();
+  for (size_t k = 0; k < now.size(); ++k) {
+    if (OpInfo<FinalizeRoutingV2GradArgs>::kTensors[k].role == ArgRole::kInput && *now[k]) {
+      EXPECT_TRUE((*now[k])->SameBytes((*then[k])->Snapshot()))
+          << "input " << OpInfo<FinalizeRoutingV2GradArgs>::kTensors[k].name << " was written";
     }
   }
 

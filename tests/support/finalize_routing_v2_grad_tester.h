@@ -1,6 +1,6 @@
 // Builder-style tester of MoeFinalizeRoutingV2Grad (after XNNPACK's operator testers):
 //
-//   FinalizeGradTester().tokens(7).hidden(33).topk(3).mode(1).experts(4).capacity(5)
+//   FinalizeRoutingV2GradTester().tokens(7).hidden(33).topk(3).mode(1).experts(4).capacity(5)
 //       .scales(true).bias(true).duplicates(true).layout(Layout::kPadded).seed(2).Test(DType::kBFloat16);
 //
 // builds random inputs in TestTensors (random slack around every view), runs the operator through the chosen
@@ -10,19 +10,20 @@
 // without scales, inputs untouched.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "aclnnop/aclnn_moe_finalize_routing_v2_grad.h"
 #include "moegrad/ops.hpp"
+#include "tests/support/api.h"
 #include "tests/support/test_tensor.h"
 
 namespace moegrad::testing {
 
 // The tensors and attributes of one call. Absent tensors are nullopt (required ones too, for error tests).
-struct FinalizeGradCase {
+struct FinalizeRoutingV2GradCase {
   DType dtype = DType::kFloat32;
   int64_t drop_pad_mode = 0;
   int64_t active_num = 0;
@@ -31,114 +32,94 @@ struct FinalizeGradCase {
   std::optional<TestTensor> grad_y, expanded_row_idx, expanded_x, scales, expert_idx, bias;
   std::optional<TestTensor> grad_expanded_x, grad_scales;
 
-  // The C++ API's arguments (grad_y, expanded_row_idx and grad_expanded_x must be present).
+  // The tensors in the C signature's order (OpInfo's), 0 = gradY .. 7 = gradScalesOut.
+  std::array<std::optional<TestTensor>*, 8> Tensors();
+  std::array<const std::optional<TestTensor>*, 8> Tensors() const;
+  // The call: its tensors (null for absent ones) and attributes.
+  TestCall<FinalizeRoutingV2GradArgs> Call();
+  // The C++ API's arguments.
   FinalizeRoutingV2GradArgs Args() const;
 };
 
-// aclTensors over a case's TestTensors (null for absent ones); destroyed with this object.
-class AclFinalizeGradCall {
+// aclTensors over a case's TestTensors (null for absent ones), destroyed with this object:
+// AclFinalizeRoutingV2GradCall call(c.Call()).
+using AclFinalizeRoutingV2GradCall = AclCall<FinalizeRoutingV2GradArgs>;
+
+class FinalizeRoutingV2GradTester {
  public:
-  explicit AclFinalizeGradCall(FinalizeGradCase& c);
-  ~AclFinalizeGradCall();
-  AclFinalizeGradCall(const AclFinalizeGradCall&) = delete;
-  AclFinalizeGradCall& operator=(const AclFinalizeGradCall&) = delete;
-
-  // Replaces argument `index` (0 gradY .. 7 gradScalesOut, the C signature's order) with a tensor of the
-  // same metadata whose data pointer is null.
-  void NullData(int index);
-  // Replaces argument `index` with `t` (owned from now on; may be null).
-  void Replace(int index, aclTensor* t);
-  aclnnStatus PhaseOne(uint64_t* workspace_size, aclOpExecutor** executor) const;
-  // Both phases with a workspace of exactly the reported size.
-  aclnnStatus Run() const;
-
- private:
-  const FinalizeGradCase& case_;
-  aclTensor* t_[8] = {};
-};
-
-// An aclTensor over a TestTensor's whole storage (view offset and strides kept); null data when asked.
-aclTensor* MakeAclTensor(TestTensor& t, bool null_data = false);
-// The same view of `t`, but over the storage of `other` (which must be at least as large).
-aclTensor* MakeAclTensorOver(TestTensor& t, TestTensor& other);
-
-class FinalizeGradTester {
- public:
-  enum class Api { kCpp, kCppPlan, kAclnn };
-
-  FinalizeGradTester& tokens(int64_t v) {
+  FinalizeRoutingV2GradTester& tokens(int64_t v) {
     tokens_ = v;
     return *this;
   }
-  FinalizeGradTester& hidden(int64_t v) {
+  FinalizeRoutingV2GradTester& hidden(int64_t v) {
     hidden_ = v;
     return *this;
   }
-  FinalizeGradTester& topk(int64_t v) {
+  FinalizeRoutingV2GradTester& topk(int64_t v) {
     topk_ = v;
     return *this;
   }
-  FinalizeGradTester& mode(int64_t v) {
+  FinalizeRoutingV2GradTester& mode(int64_t v) {
     mode_ = v;
     return *this;
   }
-  FinalizeGradTester& experts(int64_t v) {
+  FinalizeRoutingV2GradTester& experts(int64_t v) {
     experts_ = v;
     return *this;
   }
-  FinalizeGradTester& capacity(int64_t v) {
+  FinalizeRoutingV2GradTester& capacity(int64_t v) {
     capacity_ = v;
     return *this;
   }
-  FinalizeGradTester& active_num(int64_t v) {
+  FinalizeRoutingV2GradTester& active_num(int64_t v) {
     active_num_ = v;
     return *this;
   }
-  FinalizeGradTester& scales(bool v) {
+  FinalizeRoutingV2GradTester& scales(bool v) {
     scales_ = v;
     return *this;
   }
-  FinalizeGradTester& bias(bool v) {
+  FinalizeRoutingV2GradTester& bias(bool v) {
     bias_ = v;
     return *this;
   }
   // Index values drawn independently (rows written by several pairs, rows written by none) instead of
   // the forward's one-to-one layout.
-  FinalizeGradTester& duplicates(bool v) {
+  FinalizeRoutingV2GradTester& duplicates(bool v) {
     duplicates_ = v;
     return *this;
   }
-  FinalizeGradTester& layout(Layout v) {
+  FinalizeRoutingV2GradTester& layout(Layout v) {
     in_layout_ = out_layout_ = v;
     return *this;
   }
-  FinalizeGradTester& input_layout(Layout v) {
+  FinalizeRoutingV2GradTester& input_layout(Layout v) {
     in_layout_ = v;
     return *this;
   }
-  FinalizeGradTester& output_layout(Layout v) {
+  FinalizeRoutingV2GradTester& output_layout(Layout v) {
     out_layout_ = v;
     return *this;
   }
   // Without scales: pass expandedX anyway (validated, not read) / a gradScalesOut that must stay untouched /
   // an expertIdx full of out-of-range values (not read without bias).
-  FinalizeGradTester& pass_expanded_x(bool v) {
+  FinalizeRoutingV2GradTester& pass_expanded_x(bool v) {
     pass_expanded_x_ = v;
     return *this;
   }
-  FinalizeGradTester& pass_grad_scales(bool v) {
+  FinalizeRoutingV2GradTester& pass_grad_scales(bool v) {
     pass_grad_scales_ = v;
     return *this;
   }
-  FinalizeGradTester& pass_expert_idx(bool v) {
+  FinalizeRoutingV2GradTester& pass_expert_idx(bool v) {
     pass_expert_idx_ = v;
     return *this;
   }
-  FinalizeGradTester& seed(uint64_t v) {
+  FinalizeRoutingV2GradTester& seed(uint64_t v) {
     seed_ = v;
     return *this;
   }
-  FinalizeGradTester& api(Api v) {
+  FinalizeRoutingV2GradTester& api(Api v) {
     api_ = v;
     return *this;
   }
@@ -147,7 +128,7 @@ class FinalizeGradTester {
   std::string Describe(DType dtype) const;
 
   // A valid case: random inputs, outputs full of random bytes.
-  FinalizeGradCase Build(DType dtype) const;
+  FinalizeRoutingV2GradCase Build(DType dtype) const;
   // Runs the operator once through api() and checks everything against the reference.
   void Test(DType dtype) const;
   // Test() on every SIMD target with 1, 2 and 3 threads; every run's output storage must be bit-identical.
@@ -155,9 +136,9 @@ class FinalizeGradTester {
 
  private:
   // Runs the operator on `c` through api(); returns its status (0 on success) and the message.
-  int Run(FinalizeGradCase& c, std::string* message) const;
+  int Run(FinalizeRoutingV2GradCase& c, std::string* message) const;
   // Checks the outputs of `c` against the reference; `before` is the case as it was before the call.
-  void Check(const FinalizeGradCase& c, const FinalizeGradCase& before) const;
+  void Check(const FinalizeRoutingV2GradCase& c, const FinalizeRoutingV2GradCase& before) const;
 
   int64_t tokens_ = 5, hidden_ = 17, topk_ = 2, mode_ = 0, experts_ = 4, capacity_ = 3, active_num_ = 0;
   bool scales_ = true, bias_ = false, duplicates_ = false;
