@@ -94,8 +94,13 @@ aclError aclrtFree(void* devPtr) {
 }
 
 aclError aclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind kind) {
-  if (kind < ACL_MEMCPY_HOST_TO_HOST || kind > ACL_MEMCPY_DEVICE_TO_DEVICE) {
-    return Invalid("aclrtMemcpy: unknown kind " + std::to_string(static_cast<int>(kind)));
+  // A C caller may pass any int; in C++ a value outside the enumerators is no aclrtMemcpyKind, so the value is
+  // read as the integer it is, not as the enum.
+  int kind_value = 0;
+  static_assert(sizeof(kind) == sizeof(kind_value), "aclrtMemcpyKind is an int");
+  std::memcpy(&kind_value, &kind, sizeof(kind_value));
+  if (kind_value < ACL_MEMCPY_HOST_TO_HOST || kind_value > ACL_MEMCPY_DEVICE_TO_DEVICE) {
+    return Invalid("aclrtMemcpy: unknown kind " + std::to_string(kind_value));
   }
   if (count > destMax) {
     return Invalid("aclrtMemcpy: count " + std::to_string(count) + " exceeds destMax " + std::to_string(destMax));
