@@ -74,7 +74,7 @@ struct Outcome {
 
 template <typename Args>
 Outcome CppOutcome(const Case<Args>& c) {
-  const Status s = OpEntry<Args>::kRun(c.CppArgs());
+  const Status s = OpInfo<Args>::kRun(c.CppArgs());
   return {static_cast<int>(s.code()), s.message(), 0};
 }
 

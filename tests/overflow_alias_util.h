@@ -67,7 +67,7 @@ Outcome AclPlan(const Args& a) {
 template <typename Args>
 Outcome CppPlan(const Args& a) {
   Plan plan;
-  const Status s = testing::OpEntry<Args>::kPlan(a, &plan);
+  const Status s = OpInfo<Args>::kPlan(a, &plan);
   EXPECT_EQ(plan.valid(), s.ok());
   return {static_cast<int>(s.code()), s.message()};
 }

@@ -83,6 +83,8 @@ class AclCall {
 
   // Replaces tensor `index` (kTensors order) with `t` (owned from now on; may be null).
   void Replace(size_t index, aclTensor* t) { t_[index].reset(t); }
+  // Tensor `index` (kTensors order), null when absent.
+  aclTensor* tensor(size_t index) const { return t_[index].get(); }
   aclnnStatus PhaseOne(uint64_t* workspace_size, aclOpExecutor** executor) const;
   // Phase one, then phase two `runs` times on a workspace of exactly the reported size (the executor made
   // repeatable, and destroyed at the end, when runs > 1). Returns the first failure, else success.
@@ -133,11 +135,11 @@ template <typename Args>
 Status TestCall<Args>::Run(Api api, int runs) const {
   switch (api) {
     case Api::kCpp:
-      return OpEntry<Args>::kRun(CppArgs());
+      return OpInfo<Args>::kRun(CppArgs());
     case Api::kCppPlan: {
       const Args a = CppArgs();
       Plan plan;
-      Status s = OpEntry<Args>::kPlan(a, &plan);
+      Status s = OpInfo<Args>::kPlan(a, &plan);
       // Even runs on a workspace of exactly the planned size, odd ones on the plan's own.
       for (int r = 0; r < runs && s.ok(); ++r) {
         if (r % 2 == 0) {

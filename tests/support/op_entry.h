@@ -1,5 +1,5 @@
-// Each operator's entry points, found from its argument struct (OpEntry<Args>: the C++ one-call form and Plan*,
-// the two aclnn phases, the scalar reference), and calls through them driven by OpInfo<Args>: tensors in the
+// Each operator's entry points beyond its OpInfo (which has the C++ API's kPlan and kRun), found from its argument
+// struct (OpEntry<Args>: the two aclnn phases, the scalar reference), and calls through them driven by OpInfo<Args>: tensors in the
 // order of OpInfo<Args>::kTensors, attributes in the order of kAttrs. That is the order of the aclnn signature,
 // which puts the attributes between the inputs and the outputs. Header-only and without GoogleTest: the fuzz
 // targets use it too. A new operator adds its line of MOEGRAD_TEST_OP_ENTRY here.
@@ -25,13 +25,10 @@ namespace moegrad::testing {
 template <typename Args>
 struct OpEntry;
 
-// The entry points of operator Op follow from its name: OpArgs, Op, PlanOp, aclnnMoeOpGetWorkspaceSize,
-// aclnnMoeOp, ref::Op.
+// The entry points of operator Op follow from its name: aclnnMoeOpGetWorkspaceSize, aclnnMoeOp, ref::Op.
 #define MOEGRAD_TEST_OP_ENTRY(Op)                                           \
   template <>                                                               \
   struct OpEntry<Op##Args> {                                                \
-    static constexpr auto kRun = &Op;                                       \
-    static constexpr auto kPlan = &Plan##Op;                                \
     static constexpr auto kAclnnPhaseOne = &aclnnMoe##Op##GetWorkspaceSize; \
     static constexpr auto kAclnnPhaseTwo = &aclnnMoe##Op;                   \
     static constexpr auto kReference = &ref::Op;                            \
