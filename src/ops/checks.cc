@@ -34,22 +34,26 @@ bool IsFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t
 
 }  // namespace
 
+// An empty view may have no data (WellFormed admits a null pointer there): its rows get stride 0, so that
+// addressing a row of it (a row of H = 0 elements) offsets nothing; no element of it is ever addressed.
 core::RowView Rows2D(const TensorView& t) {
+  const bool empty = t.numel() == 0;
   core::RowView r;
   r.data = t.data;
   r.inner = 1;
-  r.outer_stride = t.strides[0];
+  r.outer_stride = empty ? 0 : t.strides[0];
   r.row_stride = 0;
   r.col_stride = t.strides[1];
   return r;
 }
 
 core::RowView Rows3D(const TensorView& t) {
+  const bool empty = t.numel() == 0;
   core::RowView r;
   r.data = t.data;
   r.inner = t.sizes[1] > 0 ? t.sizes[1] : 1;
-  r.outer_stride = t.strides[0];
-  r.row_stride = t.strides[1];
+  r.outer_stride = empty ? 0 : t.strides[0];
+  r.row_stride = empty ? 0 : t.strides[1];
   r.col_stride = t.strides[2];
   return r;
 }

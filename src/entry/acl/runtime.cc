@@ -24,7 +24,17 @@ aclTensor* CreateFailed(const std::string& message) {
   return nullptr;
 }
 
-bool KnownDType(aclDataType t) {
+// The value a C caller passed for a C enum parameter. In C any int may be passed; in C++ a value outside the
+// enumerators is no value of the enum type, so it is read as the integer it is, never loaded as the enum.
+template <typename Enum>
+int ValueOf(const Enum& e) {
+  static_assert(sizeof(Enum) == sizeof(int), "a C enum is an int");
+  int v = 0;
+  std::memcpy(&v, &e, sizeof(v));
+  return v;
+}
+
+bool KnownDType(int t) {
   switch (t) {
     case ACL_FLOAT: case ACL_FLOAT16: case ACL_INT8: case ACL_INT32: case ACL_UINT8: case ACL_INT16:
     case ACL_UINT16: case ACL_UINT32: case ACL_INT64: case ACL_UINT64: case ACL_DOUBLE: case ACL_BOOL:
@@ -74,9 +84,10 @@ aclError aclrtSynchronizeStream(aclrtStream /*stream*/) { return ACL_SUCCESS; }
 aclError aclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy) {
   if (devPtr == nullptr) return Invalid("aclrtMalloc: devPtr is null");
   if (size == 0) return Invalid("aclrtMalloc: size is 0");
-  if (policy != ACL_MEM_MALLOC_HUGE_FIRST && policy != ACL_MEM_MALLOC_HUGE_ONLY &&
-      policy != ACL_MEM_MALLOC_NORMAL_ONLY) {
-    return Invalid("aclrtMalloc: unknown policy " + std::to_string(static_cast<int>(policy)));
+  const int policy_value = ValueOf(policy);
+  if (policy_value != ACL_MEM_MALLOC_HUGE_FIRST && policy_value != ACL_MEM_MALLOC_HUGE_ONLY &&
+      policy_value != ACL_MEM_MALLOC_NORMAL_ONLY) {
+    return Invalid("aclrtMalloc: unknown policy " + std::to_string(policy_value));
   }
   const size_t rounded = (size + 63) / 64 * 64;
   *devPtr = rounded < size ? nullptr : std::aligned_alloc(64, rounded);
@@ -94,11 +105,7 @@ aclError aclrtFree(void* devPtr) {
 }
 
 aclError aclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind kind) {
-  // A C caller may pass any int; in C++ a value outside the enumerators is no aclrtMemcpyKind, so the value is
-  // read as the integer it is, not as the enum.
-  int kind_value = 0;
-  static_assert(sizeof(kind) == sizeof(kind_value), "aclrtMemcpyKind is an int");
-  std::memcpy(&kind_value, &kind, sizeof(kind_value));
+  const int kind_value = ValueOf(kind);
   if (kind_value < ACL_MEMCPY_HOST_TO_HOST || kind_value > ACL_MEMCPY_DEVICE_TO_DEVICE) {
     return Invalid("aclrtMemcpy: unknown kind " + std::to_string(kind_value));
   }
@@ -132,15 +139,16 @@ aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDat
   if (storageDimsNum > 0 && storageDims == nullptr) {
     return CreateFailed("storageDims is null but storageDimsNum is " + std::to_string(storageDimsNum));
   }
-  if (!KnownDType(dataType)) return CreateFailed("unknown dataType " + std::to_string(static_cast<int>(dataType)));
-  if (format < ACL_FORMAT_UNDEFINED || format > ACL_FORMAT_ND) {
-    return CreateFailed("unknown format " + std::to_string(static_cast<int>(format)));
+  const int dtype_value = ValueOf(dataType), format_value = ValueOf(format);
+  if (!KnownDType(dtype_value)) return CreateFailed("unknown dataType " + std::to_string(dtype_value));
+  if (format_value < ACL_FORMAT_UNDEFINED || format_value > ACL_FORMAT_ND) {
+    return CreateFailed("unknown format " + std::to_string(format_value));
   }
   if (offset < 0) return CreateFailed("offset " + std::to_string(offset) + " is negative");
 
   moegrad::TensorView view;
   view.data = tensorData;
-  view.dtype = static_cast<moegrad::DType>(dataType);
+  view.dtype = static_cast<moegrad::DType>(dtype_value);
   view.rank = static_cast<int>(viewDimsNum);
   int64_t contiguous = 1;
   for (int d = view.rank - 1; d >= 0; --d) {

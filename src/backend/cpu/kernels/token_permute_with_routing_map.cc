@@ -115,9 +115,7 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
       p.dst_probs.At<T>(q) = *src;
     }
     // Permuted token rows in token order: each token row is read once and written to all its rows. Tokens
-    // [t0, t1) of about equal rows moved (the token's own row plus those it is copied to). Rows of H = 0
-    // elements have nothing to copy (and their views may have no data to address).
-    if (H == 0) return;
+    // [t0, t1) of about equal rows moved (the token's own row plus those it is copied to).
     int64_t t0, t1;
     internal::BalanceByCost(
         p.tokens, parts, part, [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t] + t : t * (K + 1); },
