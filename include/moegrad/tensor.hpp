@@ -47,8 +47,15 @@ enum class Device : int32_t {
 };
 
 // Element (i0, i1, ...) lives at data + sum_d i_d * strides[d] elements. Strides are in elements and >= 0.
+//
+// A view always describes itself truthfully, even when it is not valid: built from more than kMaxRank sizes it
+// keeps the true rank (and the first kMaxRank sizes), and built with a strides list whose length differs from
+// its sizes' it gets rank kMismatchedStrides. The operators reject both in their first check (INVALID, "<name>
+// has rank 9; ranks 0..8 are supported"); no constructor writes past sizes[] or strides[].
 struct TensorView {
   static constexpr int kMaxRank = 8;
+  // The rank of a view built with a strides list of another length than its sizes list.
+  static constexpr int kMismatchedStrides = -1;
 
   void* data = nullptr;
   DType dtype = DType::kFloat32;
@@ -58,36 +65,51 @@ struct TensorView {
   Device device = Device::kHost;
 
   TensorView() = default;
-  // A contiguous row-major view of `sizes` at `data` (at most kMaxRank sizes).
+  // A contiguous row-major view of `sizes` at `data`.
   TensorView(void* data_, DType dtype_, std::initializer_list<int64_t> sizes_)
       : data(data_), dtype(dtype_), rank(static_cast<int>(sizes_.size())) {
     int d = 0;
-    for (int64_t s : sizes_) sizes[d++] = s;
+    for (int64_t s : sizes_) {
+      if (d == kMaxRank) break;
+      sizes[d++] = s;
+    }
     // Unsigned: a shape too large for int64 wraps here (and is rejected by the operators) instead of
     // being undefined behaviour.
     uint64_t stride = 1;
-    for (d = rank - 1; d >= 0; --d) {
+    for (d = stored_rank() - 1; d >= 0; --d) {
       strides[d] = static_cast<int64_t>(stride);
       stride *= static_cast<uint64_t>(sizes[d]);
     }
   }
-  // A strided view; `strides_` has as many entries as `sizes_`.
+  // A strided view; `strides_` has as many entries as `sizes_` (otherwise the view is invalid, see above).
   TensorView(void* data_, DType dtype_, std::initializer_list<int64_t> sizes_,
              std::initializer_list<int64_t> strides_)
       : TensorView(data_, dtype_, sizes_) {
+    if (strides_.size() != sizes_.size()) {
+      rank = kMismatchedStrides;
+      return;
+    }
     int d = 0;
-    for (int64_t s : strides_) strides[d++] = s;
+    for (int64_t s : strides_) {
+      if (d == kMaxRank) break;
+      strides[d++] = s;
+    }
   }
 
+  // Whether rank is one a view can have (0..kMaxRank); the operators check this first.
+  bool valid_rank() const { return rank >= 0 && rank <= kMaxRank; }
   int64_t size(int d) const { return sizes[d]; }
   int64_t stride(int d) const { return strides[d]; }
+  // The product of the sizes (0 for a view of invalid rank).
   int64_t numel() const {
+    if (!valid_rank()) return 0;
     uint64_t n = 1;  // wraps for shapes the operators reject as overflowing
     for (int d = 0; d < rank; ++d) n *= static_cast<uint64_t>(sizes[d]);
     return static_cast<int64_t>(n);
   }
   size_t element_size() const { return ElementSize(dtype); }
   bool is_contiguous() const {
+    if (!valid_rank()) return false;
     int64_t expected = 1;
     for (int d = rank - 1; d >= 0; --d) {
       if (sizes[d] != 1 && strides[d] != expected) return false;
@@ -97,6 +119,10 @@ struct TensorView {
   }
   template <typename T>
   T* data_as() const { return static_cast<T*>(data); }
+
+ private:
+  // The dimensions sizes[] and strides[] hold: rank, clamped to 0..kMaxRank.
+  int stored_rank() const { return rank < 0 ? 0 : (rank > kMaxRank ? kMaxRank : rank); }
 };
 
 }  // namespace moegrad

@@ -72,7 +72,9 @@ core::FlatView Flat(const TensorView& t) {
   return f;
 }
 
-ShapeString::ShapeString(const TensorView& t) { FormatDims(t.sizes, t.rank, text, sizeof(text)); }
+ShapeString::ShapeString(const TensorView& t) {
+  FormatDims(t.sizes, t.valid_rank() ? t.rank : 0, text, sizeof(text));
+}
 
 ShapeString::ShapeString(std::initializer_list<int64_t> dims) {
   FormatDims(dims.begin(), static_cast<int>(dims.size()), text, sizeof(text));
@@ -93,7 +95,11 @@ Status ArgChecker::Required(const TensorView* t, const char* name) const {
 }
 
 Status ArgChecker::WellFormed(const TensorView& t, const char* name) const {
-  if (t.rank < 0 || t.rank > TensorView::kMaxRank) {
+  if (t.rank == TensorView::kMismatchedStrides) {
+    return Fail(StatusCode::kInvalid, "%s was built with a strides list whose length differs from its sizes'",
+                name);
+  }
+  if (!t.valid_rank()) {
     return Fail(StatusCode::kInvalid, "%s has rank %d; ranks 0..%d are supported", name, t.rank,
                 TensorView::kMaxRank);
   }

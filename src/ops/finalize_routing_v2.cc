@@ -14,7 +14,7 @@ Status Plan(const FinalizeRoutingV2Args& a, PlanPtr* plan) {
   const TensorView* scales = Opt(a.scales);
   const TensorView* expert_idx = Opt(a.expert_idx);
   if (bias != nullptr) MOEGRAD_RETURN_IF_ERROR(c.Required(expert_idx, "expertIdx (required with bias)"));
-  core::Device device;
+  core::Device device = core::Device::kHost;
   MOEGRAD_RETURN_IF_ERROR(c.Tensors(a, &device));
 
   const int64_t mode = a.drop_pad_mode;
@@ -36,8 +36,11 @@ Status Plan(const FinalizeRoutingV2Args& a, PlanPtr* plan) {
   MOEGRAD_RETURN_IF_ERROR(c.DTypeIs(idx, "expandedRowIdx", DType::kInt32));
   const int64_t pairs = idx.sizes[0];
 
+  // With no tokens and no scales, an expertIdx of shape (0, K) fixes K (an expert-parallel rank that receives no
+  // tokens may still pass bias and expertIdx).
+  const int64_t k_if_empty = expert_idx != nullptr && expert_idx->rank == 2 ? expert_idx->sizes[1] : 0;
   int64_t K = 0;
-  MOEGRAD_RETURN_IF_ERROR(c.PairsPerToken(pairs, scales, R, "out", 0, &K));
+  MOEGRAD_RETURN_IF_ERROR(c.PairsPerToken(pairs, scales, R, "out", k_if_empty, &K));
   if (expert_idx != nullptr) {
     MOEGRAD_RETURN_IF_ERROR(c.Shape(*expert_idx, "expertIdx", {R, K}));
     MOEGRAD_RETURN_IF_ERROR(c.DTypeIs(*expert_idx, "expertIdx", DType::kInt32));

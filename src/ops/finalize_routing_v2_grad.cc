@@ -20,7 +20,7 @@ Status Plan(const FinalizeRoutingV2GradArgs& a, PlanPtr* plan) {
     MOEGRAD_RETURN_IF_ERROR(c.Required(scales, "scales (required with bias)"));
     MOEGRAD_RETURN_IF_ERROR(c.Required(expert_idx, "expertIdx (required with bias)"));
   }
-  core::Device device;
+  core::Device device = core::Device::kHost;
   MOEGRAD_RETURN_IF_ERROR(c.Tensors(a, &device));
 
   const int64_t mode = a.drop_pad_mode;

@@ -12,7 +12,7 @@ Status Plan(const TokenPermuteWithRoutingMapArgs& a, PlanPtr* plan) {
   if (probs != nullptr) {
     MOEGRAD_RETURN_IF_ERROR(c.Required(Opt(a.permute_probs), "permuteProbsOut (required with probs)"));
   }
-  core::Device device;
+  core::Device device = core::Device::kHost;
   MOEGRAD_RETURN_IF_ERROR(c.Tensors(a, &device));
 
   const TensorView& tokens = a.tokens;

@@ -20,7 +20,7 @@ Status Plan(const TokenPermuteWithRoutingMapGradArgs& a, PlanPtr* plan) {
           c.Required(routing_map, "routingMap (required with permutedProbsOutputGrad when dropAndPad is false)"));
     }
   }
-  core::Device device;
+  core::Device device = core::Device::kHost;
   MOEGRAD_RETURN_IF_ERROR(c.Tensors(a, &device));
 
   const int64_t E = a.num_experts;

@@ -40,16 +40,21 @@ void FinalizeRoutingV2Grad(const FinalizeRoutingV2GradArgs& a) {
   }
 
   if (!a.scales) return;
-  // gradScales[i] = sum_j (x_i[j] + b_i[j]) * gradY[i/K][j], for dropped pairs too (x_i = 0).
+  // gradScales[i] = sum_j u_i[j] * gradY[i/K][j] over the terms the forward has: u_i = x_i + b_i, x_i alone
+  // without bias, b_i alone for a dropped pair. A dropped pair without bias has no term: exactly +0, whatever
+  // gradY holds (no 0 * Inf).
   for (int64_t i = 0; i < pairs; ++i) {
     const int64_t v = GetI(a.expanded_row_idx, {i});
     const bool dropped = v < 0 || v >= rows;
     const int64_t e = a.bias ? GetI(*a.expert_idx, {i / K, i % K}) : 0;
     float sum = 0.0f;
-    for (int64_t j = 0; j < H; ++j) {
-      const float x = dropped ? 0.0f : x_at(v, j);
-      const float b = a.bias ? GetF(*a.bias, {e, j}) : 0.0f;
-      sum += (x + b) * GetF(a.grad_y, {i / K, j});
+    if (!dropped || a.bias) {
+      for (int64_t j = 0; j < H; ++j) {
+        float u;
+        if (dropped) u = GetF(*a.bias, {e, j});
+        else u = a.bias ? x_at(v, j) + GetF(*a.bias, {e, j}) : x_at(v, j);
+        sum += u * GetF(a.grad_y, {i / K, j});
+      }
     }
     SetF(*a.grad_scales, {i / K, i % K}, sum);
   }

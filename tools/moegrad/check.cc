@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "moegrad/plan.hpp"
-#include "tools/moegrad/check_cases.h"
+#include "tools/moegrad/common/check_cases.h"
 #include "tools/moegrad/cli.h"
 #include "tools/moegrad/common/op_names.h"
 

@@ -1,8 +1,11 @@
 #include "tools/moegrad/common/host_tensor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <new>
 
 #include "src/ref/ref_util.h"
@@ -159,6 +162,38 @@ void HostTensor::FillUniform(uint64_t seed, float lo, float hi) {
     if (dt == DType::kFloat32) static_cast<float*>(data)[i] = v;
     else if (dt == DType::kFloat16) static_cast<uint16_t*>(data)[i] = F16BitsFromF32(v);
     else static_cast<uint16_t*>(data)[i] = BF16BitsFromF32(v);
+  }
+}
+
+const char* SpecialValuesName(SpecialValues s) {
+  switch (s) {
+    case SpecialValues::kNone: return "ordinary";
+    case SpecialValues::kFinite: return "signed-zero/subnormal";
+    case SpecialValues::kAll: return "inf/nan/signed-zero/subnormal";
+  }
+  return "?";
+}
+
+void HostTensor::MixInSpecials(uint64_t seed, SpecialValues which) {
+  if (which == SpecialValues::kNone) return;
+  const DType dt = view_.dtype;
+  // The smallest subnormal and the largest subnormal's neighbourhood of the dtype.
+  const float tiny = dt == DType::kFloat32 ? std::numeric_limits<float>::denorm_min()
+                     : dt == DType::kFloat16 ? std::ldexp(1.0f, -24)
+                                             : std::ldexp(1.0f, -133);
+  const float min_normal = dt == DType::kFloat32 ? std::numeric_limits<float>::min()
+                           : dt == DType::kFloat16 ? std::ldexp(1.0f, -14)
+                                                   : std::numeric_limits<float>::min();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float finite[] = {0.0f, -0.0f, tiny, -tiny, 0.75f * min_normal, -0.5f * min_normal};
+  const float all[] = {0.0f, -0.0f, tiny, -0.5f * min_normal, inf, -inf, nan, -nan};
+  const float* pick = which == SpecialValues::kFinite ? finite : all;
+  const uint64_t count = which == SpecialValues::kFinite ? std::size(finite) : std::size(all);
+  const int64_t n = numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t r = Mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(i) + 0x5bd1e995u);
+    if ((r & 15) == 0) SetF(i, pick[(r >> 8) % count]);
   }
 }
 

@@ -21,6 +21,14 @@ enum class Layout {
 };
 const char* LayoutName(Layout l);
 
+// Which non-ordinary values HostTensor::MixInSpecials writes.
+enum class SpecialValues {
+  kNone,
+  kFinite,  // +0, -0 and subnormals of the tensor's dtype: results stay finite and exact
+  kAll,     // those, +Inf, -Inf and NaNs of both signs
+};
+const char* SpecialValuesName(SpecialValues s);
+
 class HostTensor {
  public:
   HostTensor() = default;
@@ -52,6 +60,9 @@ class HostTensor {
   // Uniform values in [lo, hi) rounded to the dtype; a pure function of (seed, flat index), so parallel
   // filling gives the same tensor for every thread count.
   void FillUniform(uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+  // Replaces about one element in 16 with a special value of `which` (nothing for kNone); a pure function of
+  // (seed, flat index) like FillUniform.
+  void MixInSpecials(uint64_t seed, SpecialValues which);
   // Every byte of the storage set to `byte` (0xff makes a float tensor all NaN: unwritten elements show).
   void FillBytes(uint8_t byte);
 

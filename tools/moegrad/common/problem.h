@@ -39,13 +39,16 @@ enum class LayoutPolicy {
 // Makes the tensors of one problem with layouts drawn from a policy.
 class TensorMaker {
  public:
-  TensorMaker(LayoutPolicy policy, uint64_t seed) : policy_(policy), rng_(seed) {}
+  TensorMaker(LayoutPolicy policy, uint64_t seed, SpecialValues specials = SpecialValues::kNone)
+      : policy_(policy), specials_(specials), rng_(seed) {}
   // Float inputs may be broadcast views; index tensors and outputs never are.
   HostTensor Input(DType dtype, std::vector<int64_t> sizes) { return Make(dtype, std::move(sizes), true); }
-  // An input holding uniform values in [lo, hi) drawn from `fill_seed` (HostTensor::FillUniform).
+  // An input holding uniform values in [lo, hi) drawn from `fill_seed` (HostTensor::FillUniform), with the
+  // maker's special values mixed in.
   HostTensor Uniform(DType dtype, std::vector<int64_t> sizes, uint64_t fill_seed, float lo = -1.0f, float hi = 1.0f) {
     HostTensor t = Input(dtype, std::move(sizes));
     t.FillUniform(fill_seed, lo, hi);
+    t.MixInSpecials(fill_seed, specials_);
     return t;
   }
   HostTensor Index(DType dtype, std::vector<int64_t> sizes) { return Make(dtype, std::move(sizes), false); }
@@ -59,6 +62,7 @@ class TensorMaker {
  private:
   HostTensor Make(DType dtype, std::vector<int64_t> sizes, bool may_broadcast);
   LayoutPolicy policy_;
+  SpecialValues specials_;
   std::mt19937_64 rng_;
 };
 
@@ -67,7 +71,9 @@ struct OutputPair {
   std::string name;
   HostTensor* actual = nullptr;
   HostTensor expected;            // the reference result, contiguous; unused when !written
-  // Null: bit-exact. Else the allowed |actual - expected| of element i, asked only where the bits differ.
+  // Null: bit-exact. Else the allowed |actual - expected| of element i, asked only where the bits differ and
+  // both are finite. Either way two NaNs match whatever their sign and payload, and an infinity matches only
+  // itself.
   std::function<float(int64_t)> tolerance;
   bool written = true;            // false: an optional output the operator must leave untouched
 };
@@ -164,7 +170,7 @@ void FillFinalizeIndices(IndexData index, const Shape& s, int64_t capacity, bool
 // routed entry is an arbitrary odd value in [-127, 127] instead of 1: any non-zero value means routed.
 void FillRoutingMap(const std::vector<uint8_t>& routed, bool any_nonzero, std::mt19937_64& rng, HostTensor* map);
 
-// Compares every written output with the reference (bit-exact or within its tolerance). `sample` > 0
+// Compares every written output with the reference (bit-exact or within its tolerance; NaN matches NaN). `sample` > 0
 // compares only that many evenly spread elements per output (plus the first and last). On a mismatch
 // returns false and describes the first one in `message`.
 bool CompareOutputs(const Problem& p, int64_t sample, std::string* message);

@@ -16,6 +16,7 @@ struct ProblemConfig {
   DType dtype = DType::kFloat32;
   IndexData index = IndexData::kRouted;
   LayoutPolicy layout = LayoutPolicy::kContiguous;
+  SpecialValues specials = SpecialValues::kNone;  // mixed into every float input
   uint64_t seed = 1;
 };
 

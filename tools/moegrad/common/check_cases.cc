@@ -1,6 +1,7 @@
-#include "tools/moegrad/check_cases.h"
+#include "tools/moegrad/common/check_cases.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "moegrad/op_info.hpp"
 #include "tools/moegrad/common/problems.h"
@@ -49,11 +50,19 @@ const char* PolicyName(LayoutPolicy l) {
   return "?";
 }
 
-std::string Describe(const Problem& p, IndexData index, LayoutPolicy layout, uint64_t seed) {
-  return Format("%s %s %s %s, %s indices, %s layout, seed %llu", p.op_name(), p.mode_name().c_str(),
+// Mostly ordinary values; now and then signed zeros and subnormals, or those with infinities and NaNs too
+// (the kernels and the reference must agree on every one: which elements are NaN, every other bit).
+SpecialValues RandomSpecials(std::mt19937_64& rng) {
+  const int64_t u = Uniform(rng, 0, 99);
+  return u < 15 ? SpecialValues::kAll : u < 25 ? SpecialValues::kFinite : SpecialValues::kNone;
+}
+
+std::string Describe(const Problem& p, IndexData index, LayoutPolicy layout, SpecialValues specials,
+                     uint64_t seed) {
+  return Format("%s %s %s %s, %s indices, %s layout, %s values, seed %llu", p.op_name(), p.mode_name().c_str(),
                 ShortDTypeName(p.dtype()), p.shape_name().c_str(),
                 index == IndexData::kRouted ? "routed" : "random", PolicyName(layout),
-                static_cast<unsigned long long>(seed));
+                SpecialValuesName(specials), static_cast<unsigned long long>(seed));
 }
 
 // The draws of each operator's own fields, after the shared ones (index kind, T, H, E) and before dtype,
@@ -95,7 +104,6 @@ void Draw(FinalizeRoutingV2Config& c, std::mt19937_64& rng) {
   c.scales = Chance(rng, 70);
   c.bias = Chance(rng, 40);
   c.expert_idx_without_bias = !c.bias && Chance(rng, 25);
-  if (c.shape.tokens == 0 && !c.scales) c.bias = c.expert_idx_without_bias = false;  // K unknowable: (0, K)
 }
 
 void Draw(TokenPermuteWithRoutingMapConfig& c, std::mt19937_64& rng) {
@@ -107,9 +115,9 @@ void Draw(TokenPermuteWithRoutingMapConfig& c, std::mt19937_64& rng) {
   c.map_dtype = RandomMapDType(rng);
 }
 
-// One random case of the operator of Config::Args.
+// One random case of the operator of Config::Args; `specials` fixes the kind of values instead of drawing it.
 template <typename Config>
-CheckCase RandomCase(std::mt19937_64& rng) {
+CheckCase RandomCase(std::mt19937_64& rng, std::optional<SpecialValues> specials) {
   Config c;
   c.index = Chance(rng, 50) ? IndexData::kRouted : IndexData::kRandom;
   c.shape.tokens = RandomTokens(rng);
@@ -118,17 +126,19 @@ CheckCase RandomCase(std::mt19937_64& rng) {
   Draw(c, rng);
   c.dtype = RandomDType(rng);
   c.layout = RandomLayout(rng);
+  c.specials = specials ? *specials : RandomSpecials(rng);
   c.seed = rng();
   CheckCase k;
   k.problem = MakeProblem(c);
-  k.description = Describe(*k.problem, c.index, c.layout, c.seed);
+  k.description = Describe(*k.problem, c.index, c.layout, c.specials, c.seed);
   return k;
 }
 
 template <typename Config>
 CheckOp Op() {
   using Info = OpInfo<typename Config::Args>;
-  return {Info::kName, Info::kKey, RandomCase<Config>};
+  return {Info::kName, Info::kKey, [](std::mt19937_64& rng) { return RandomCase<Config>(rng, std::nullopt); },
+          [](std::mt19937_64& rng, SpecialValues s) { return RandomCase<Config>(rng, s); }};
 }
 
 }  // namespace

@@ -1,0 +1,178 @@
+// An empty batch (no tokens: R = 0, T = 0) with every combination of optional tensors, in every mode of every
+// operator, through the C++ API (one call and plan) and aclnn: a combination the optional-argument rules allow
+// succeeds and writes every non-empty output (zeros), K coming from scales, else expertIdx, else 0; one they
+// forbid fails with the rule's NULLPTR status. MoeTokenPermuteWithRoutingMapGrad takes tokensNum > 0 only, so
+// there every combination is INVALID naming tokensNum. An expert-parallel rank that receives no tokens runs
+// the same code as the others.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moegrad/op_info.hpp"
+#include "tests/support/api.h"
+#include "tests/support/valid_calls.h"
+
+namespace moegrad::testing {
+namespace {
+
+constexpr Api kApis[] = {Api::kCpp, Api::kCppPlan, Api::kAclnn};
+
+// Absent: the tensor `name` of `v` removed.
+template <typename Args>
+void Remove(ValidCall<Args>& v, const char* name) {
+  v.tensors.at(TensorIndex<Args>(name)).reset();
+}
+
+// Runs `v` through every API. want_ok: success, every present float output all zeros afterwards (its bytes
+// are set to a pattern before each run); else status `code` with a message containing `part`, nothing written.
+template <typename Args>
+void Expect(ValidCall<Args>& v, bool want_ok, StatusCode code, const std::string& part, const std::string& what) {
+  using Info = OpInfo<Args>;
+  for (const Api api : kApis) {
+    SCOPED_TRACE(what + ", " + ApiName(api));
+    for (size_t i = 0; i < kNumTensors<Args>; ++i) {
+      if (v.tensors[i] && Info::kTensors[i].role == ArgRole::kOutput && v.tensors[i]->dtype() != DType::kInt32) {
+        for (int64_t e = 0; e < v.tensors[i]->numel(); ++e) v.tensors[i]->SetF(e, 7.0f);
+      }
+    }
+    const auto before = v.Snapshot();
+    const Status s = v.Call().Run(api);
+    if (want_ok) {
+      ASSERT_TRUE(s.ok()) << s.message();
+      for (size_t i = 0; i < kNumTensors<Args>; ++i) {
+        if (!v.tensors[i] || Info::kTensors[i].role != ArgRole::kOutput) continue;
+        if (v.tensors[i]->dtype() == DType::kInt32) continue;
+        const bool written = Info::kTensors[i].Written(v.Call().CppArgs());
+        for (int64_t e = 0; e < v.tensors[i]->numel(); ++e) {
+          if (written) {
+            EXPECT_EQ(ElementBits(*v.tensors[i], e), 0u) << Info::kTensors[i].name << "[" << e << "]";
+          } else {
+            EXPECT_EQ(v.tensors[i]->GetF(e), 7.0f) << Info::kTensors[i].name << " is not written";
+          }
+        }
+      }
+    } else {
+      EXPECT_EQ(s.code(), code) << s.message();
+      if (api != Api::kAclnn) ExpectErrorMessage(s.message(), Info::kName, part);
+      v.ExpectUnchanged(before);
+    }
+  }
+}
+
+// Bit b of `mask` says whether optional tensor b of `names` is present.
+bool Has(unsigned mask, int b) { return ((mask >> b) & 1u) != 0; }
+
+TEST(EmptyBatch, FinalizeRoutingV2GradEveryOptionalCombination) {
+  const char* optional[] = {"expandedX", "scales", "expertIdx", "bias", "gradScalesOut"};
+  constexpr int64_t K = 3, H = 5, E = 2, C = 2;
+  int ok = 0;
+  for (const int64_t mode : {0, 1}) {
+    for (unsigned mask = 0; mask < 32; ++mask) {
+      const bool x = Has(mask, 0), scales = Has(mask, 1), expert = Has(mask, 2), bias = Has(mask, 3);
+      const bool grad_scales = Has(mask, 4);
+      const std::vector<int64_t> x_shape = mode == 1 ? std::vector<int64_t>{E, C, H} : std::vector<int64_t>{0, H};
+      ValidCall<FinalizeRoutingV2GradArgs> v;
+      v.Tensor("gradY", kF32, {0, H}).Tensor("expandedRowIdx", kI32, {0}).Tensor("expandedX", kF32, x_shape);
+      v.Tensor("scales", kF32, {0, K}).Tensor("expertIdx", kI32, {0, K}).Tensor("bias", kF32, {E, H});
+      v.Tensor("gradExpandedXOut", kF32, x_shape).Tensor("gradScalesOut", kF32, {0, K});
+      v.Attr("dropPadMode", mode).Attr("expertNum", mode == 1 ? E : 0).Attr("expertCapacity", mode == 1 ? C : 0);
+      for (int b = 0; b < 5; ++b) {
+        if (!Has(mask, b)) Remove(v, optional[b]);
+      }
+      std::string part;
+      if (scales && !x) part = "expandedX (required with scales)";
+      else if (scales && !grad_scales) part = "gradScalesOut (required with scales)";
+      else if (bias && !scales) part = "scales (required with bias)";
+      else if (bias && !expert) part = "expertIdx (required with bias)";
+      ok += part.empty();
+      Expect(v, part.empty(), StatusCode::kNullptr, part, "mode " + std::to_string(mode) + " mask " +
+             std::to_string(mask));
+    }
+  }
+  EXPECT_EQ(ok, 2 * 11);  // per mode: 8 without scales (bias then absent), 2 with scales, 1 with bias
+}
+
+TEST(EmptyBatch, FinalizeRoutingV2EveryOptionalCombination) {
+  const char* optional[] = {"x1", "x2", "bias", "scales", "expertIdx"};
+  constexpr int64_t K = 2, H = 4, E = 3, C = 2;
+  int ok = 0;
+  for (const int64_t mode : {0, 1, 2, 3}) {
+    const bool drop_pad = mode == 1 || mode == 3;
+    for (unsigned mask = 0; mask < 32; ++mask) {
+      ValidCall<FinalizeRoutingV2Args> v;
+      v.Tensor("expandedX", kF32, drop_pad ? std::vector<int64_t>{E, C, H} : std::vector<int64_t>{0, H});
+      v.Tensor("expandedRowIdx", kI32, {0}).Tensor("x1", kF32, {0, H}).Tensor("x2", kF32, {0, H});
+      v.Tensor("bias", kF32, {E, H}).Tensor("scales", kF32, {0, K}).Tensor("expertIdx", kI32, {0, K});
+      v.Tensor("out", kF32, {0, H}).Attr("dropPadMode", mode);
+      for (int b = 0; b < 5; ++b) {
+        if (!Has(mask, b)) Remove(v, optional[b]);
+      }
+      const bool allowed = !Has(mask, 2) || Has(mask, 4);  // bias needs expertIdx
+      ok += allowed;
+      Expect(v, allowed, StatusCode::kNullptr, "expertIdx (required with bias)",
+             "mode " + std::to_string(mode) + " mask " + std::to_string(mask));
+    }
+  }
+  EXPECT_EQ(ok, 4 * 24);
+}
+
+// Today's regression: no scales, bias with an expertIdx of shape (0, K): K comes from expertIdx.
+TEST(EmptyBatch, FinalizeRoutingV2TakesKFromExpertIdxWithoutScales) {
+  for (const int64_t mode : {0, 1, 2, 3}) {
+    const bool drop_pad = mode == 1 || mode == 3;
+    ValidCall<FinalizeRoutingV2Args> v;
+    v.Tensor("expandedX", kF32, drop_pad ? std::vector<int64_t>{2, 2, 8} : std::vector<int64_t>{0, 8});
+    v.Tensor("expandedRowIdx", kI32, {0}).Tensor("bias", kF32, {2, 8}).Tensor("expertIdx", kI32, {0, 1});
+    v.Tensor("out", kF32, {0, 8}).Attr("dropPadMode", mode);
+    Expect(v, true, StatusCode::kOk, "", "mode " + std::to_string(mode));
+    // With tokens the K of expertIdx must still match expandedRowIdx: (2, 1) with 4 pairs is rejected.
+    ValidCall<FinalizeRoutingV2Args> w;
+    w.Tensor("expandedX", kF32, drop_pad ? std::vector<int64_t>{2, 2, 8} : std::vector<int64_t>{4, 8});
+    w.Tensor("expandedRowIdx", kI32, {4}, {0, 1, 2, 3}).Tensor("bias", kF32, {2, 8});
+    w.Tensor("expertIdx", kI32, {2, 1}, {0, 1}).Tensor("out", kF32, {2, 8}).Attr("dropPadMode", mode);
+    Expect(w, false, StatusCode::kInvalid, "expertIdx has shape (2, 1) but must be (2, 2)",
+           "with tokens, mode " + std::to_string(mode));
+  }
+}
+
+TEST(EmptyBatch, TokenPermuteWithRoutingMapEveryOptionalCombination) {
+  constexpr int64_t H = 6, E = 4;
+  for (const bool drop_and_pad : {false, true}) {
+    for (unsigned mask = 0; mask < 4; ++mask) {
+      ValidCall<TokenPermuteWithRoutingMapArgs> v;
+      v.Tensor("tokens", kF32, {0, H}).Tensor("routingMap", DType::kInt8, {0, E}).Tensor("probs", kF32, {0, E});
+      v.Tensor("permuteTokensOut", kF32, {0, H}).Tensor("permuteProbsOut", kF32, {0});
+      v.Tensor("sortedIndicesOut", kI32, {0}).Attr("numOutTokens", 0).Attr("dropAndPad", drop_and_pad);
+      if (!Has(mask, 0)) Remove(v, "probs");
+      if (!Has(mask, 1)) Remove(v, "permuteProbsOut");
+      const bool allowed = !Has(mask, 0) || Has(mask, 1);  // probs needs permuteProbsOut
+      Expect(v, allowed, StatusCode::kNullptr, "permuteProbsOut",
+             std::string(drop_and_pad ? "drop-and-pad" : "dropless") + " mask " + std::to_string(mask));
+    }
+  }
+}
+
+TEST(EmptyBatch, TokenPermuteWithRoutingMapGradNeedsTokens) {
+  constexpr int64_t H = 6, E = 4;
+  for (const bool drop_and_pad : {false, true}) {
+    for (unsigned mask = 0; mask < 8; ++mask) {
+      ValidCall<TokenPermuteWithRoutingMapGradArgs> v;
+      v.Tensor("permutedTokenOutputGrad", kF32, {0, H}).Tensor("permutedProbsOutputGrad", kF32, {0});
+      v.Tensor("sortedIndices", kI32, {0}).Tensor("routingMap", DType::kInt8, {0, E});
+      v.Tensor("tokensGradOut", kF32, {0, H}).Tensor("probsGradOut", kF32, {0, E});
+      v.Attr("numExperts", E).Attr("tokensNum", 0).Attr("dropAndPad", drop_and_pad);
+      if (!Has(mask, 0)) Remove(v, "permutedProbsOutputGrad");
+      if (!Has(mask, 1)) Remove(v, "routingMap");
+      if (!Has(mask, 2)) Remove(v, "probsGradOut");
+      const bool nullptr_rule = Has(mask, 0) && (!Has(mask, 2) || (!drop_and_pad && !Has(mask, 1)));
+      Expect(v, false, nullptr_rule ? StatusCode::kNullptr : StatusCode::kInvalid,
+             nullptr_rule ? "required with permutedProbsOutputGrad" : "tokensNum = 0 must be > 0",
+             std::string(drop_and_pad ? "drop-and-pad" : "dropless") + " mask " + std::to_string(mask));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moegrad::testing
