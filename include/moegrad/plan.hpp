@@ -38,8 +38,13 @@ class MOEGRAD_API Plan {
   std::unique_ptr<internal::PlanBase> impl_;
 };
 
-// Worker threads of every later call (n >= 1; 0 restores the default: MOEGRAD_NUM_THREADS, or every CPU the
-// process may use). Results are bit-identical for every value.
+// The most worker threads a call uses; also the range 1..kMaxThreads of MOEGRAD_NUM_THREADS.
+inline constexpr int kMaxThreads = 4096;
+
+// Worker threads of every later call: n in 1..kMaxThreads (a larger n means kMaxThreads); n <= 0 restores the
+// default: MOEGRAD_NUM_THREADS, or every CPU the process may use (at most kMaxThreads). A MOEGRAD_NUM_THREADS
+// that is set but not an integer in 1..kMaxThreads is reported once per process on stderr and ignored.
+// Results are bit-identical for every value.
 MOEGRAD_API void SetNumThreads(int n);
 MOEGRAD_API int NumThreads();
 // The SIMD target the kernels dispatch to on this CPU, e.g. "AVX3".

@@ -2,8 +2,11 @@
 // with a preallocated workspace), verified against the scalar reference, and set against the copy
 // bandwidth measured in the same run.
 #include <strings.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -31,6 +34,39 @@ bool ParseDTypes(const std::string& s, std::vector<DType>* out) {
     if (strcasecmp(s.c_str(), "all") == 0 || strcasecmp(s.c_str(), n.name) == 0) out->push_back(n.dtype);
   }
   return !out->empty();
+}
+
+// Bytes of memory this run may use: MemAvailable of /proc/meminfo (more means swapping or the OOM killer),
+// else every physical page.
+uint64_t AvailableMemory() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof(line), f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    std::fclose(f);
+    if (found) return static_cast<uint64_t>(kib) << 10;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : UINT64_MAX;
+}
+
+// An upper bound of the bytes the benchmark holds at once on `s` with float elements of `elem` bytes: the
+// largest row's tensors and reference outputs (at most T + 3N rows of H, N = T*K + E pairs or drop-and-pad
+// slots), the plain copy of its minimum bytes (at most T + 2N rows), the bias (E rows), the reference's fp32
+// accumulators (N rows), routing maps, probabilities and their gradients' accumulators (40 bytes per map
+// entry), indices, workspace and routing temporaries (64 bytes per pair), the two 256 MiB buffers of the
+// paired copy and 64 MiB for the program itself. False when that passes 2^64 (the factors are at most 2^63
+// and a preset's H, E and K, so 128 bits hold every product).
+bool BenchBytes(const Shape& s, uint64_t elem, uint64_t* bytes) {
+  using U = unsigned __int128;
+  const U T = static_cast<U>(s.tokens), H = static_cast<U>(s.hidden), E = static_cast<U>(s.experts);
+  const U N = T * static_cast<U>(s.topk) + E;
+  const U total = H * (elem * (2 * T + 5 * N + E) + 4 * N) + T * E * 40 + N * 64 + (U{576} << 20);
+  if (total > UINT64_MAX) return false;
+  *bytes = static_cast<uint64_t>(total);
+  return true;
 }
 
 struct AlignedBuffer {
@@ -134,7 +170,37 @@ int RunBench(const BenchOptions& o) {
   shape.hidden = preset->hidden;
   shape.experts = preset->experts;
   shape.topk = preset->topk;
+
+  // A size that cannot be allocated is refused before anything runs (not a std::bad_alloc, or the OOM killer,
+  // after minutes of benchmark).
+  const uint64_t elem = std::find(dtypes.begin(), dtypes.end(), DType::kFloat32) != dtypes.end() ? 4 : 2;
+  uint64_t need = 0;
+  const bool representable = BenchBytes(shape, elem, &need);
+  const uint64_t have = AvailableMemory();
+  if (!representable || need > have) {
+    const std::string needed =
+        representable ? Format("%.1f", static_cast<double>(need) / (1 << 30)) : "more than 17179869184";
+    if (o.tokens > 0) {
+      std::fprintf(stderr, "moegrad: --tokens %lld needs %s GiB, have %.1f GiB\n", static_cast<long long>(o.tokens),
+                   needed.c_str(), static_cast<double>(have) / (1 << 30));
+      return 2;
+    }
+    std::fprintf(stderr, "moegrad: bench --preset %s needs %s GiB, have %.1f GiB\n", preset->name, needed.c_str(),
+                 static_cast<double>(have) / (1 << 30));
+    return 1;
+  }
   shape.capacity = DefaultCapacity(shape.tokens, shape.experts, shape.topk);
+
+  // Opened (and truncated) now, so that a path that cannot be written fails before the run, not after it.
+  std::unique_ptr<FILE, int (*)(FILE*)> json(nullptr, std::fclose);
+  if (!o.json.empty()) {
+    json.reset(std::fopen(o.json.c_str(), "w"));
+    if (json == nullptr) {
+      std::fprintf(stderr, "moegrad: --json %s: %s\n", o.json.c_str(), std::strerror(errno));
+      return 2;
+    }
+  }
+
   report.threads = NumThreads();
   std::fprintf(stderr, "moegrad bench: measuring copy bandwidth with %d threads\n", report.threads);
   report.copy_bytes_per_second = CopyBandwidth(report.threads);
@@ -166,9 +232,12 @@ int RunBench(const BenchOptions& o) {
   }
 
   PrintBenchTable(report, stdout);
-  if (!o.json.empty() && !WriteBenchJson(report, o.json)) {
-    std::fprintf(stderr, "moegrad bench: cannot write %s\n", o.json.c_str());
-    return 1;
+  if (json != nullptr) {
+    const bool written = WriteBenchJson(report, json.get());
+    if (std::fclose(json.release()) != 0 || !written) {
+      std::fprintf(stderr, "moegrad bench: cannot write %s: %s\n", o.json.c_str(), std::strerror(errno));
+      return 1;
+    }
   }
   if (!all_ok) std::fprintf(stderr, "moegrad bench: some results do not match the reference\n");
   return all_ok ? 0 : 1;

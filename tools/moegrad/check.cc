@@ -108,7 +108,7 @@ int RunCheck(const CheckOptions& o) {
       o.seed ? o.seed : static_cast<uint64_t>(Clock::now().time_since_epoch().count()) % 1000000000u + 1;
   const int user_threads = NumThreads();
   const int max_threads = std::max(user_threads, 2);  // at least two, so that partitions differ
-  std::printf("moegrad %s check: seed %llu, %.0f s, up to %d threads, %s\n", Version(),
+  std::printf("moegrad %s check: seed %llu, %g s, up to %d threads, %s\n", Version(),
               static_cast<unsigned long long>(seed), o.seconds, max_threads, SimdTarget());
   std::fflush(stdout);
 

@@ -16,12 +16,15 @@ struct BenchOptions {
 int RunBench(const BenchOptions& options);
 
 struct CheckOptions {
-  double seconds = 10.0;
+  double seconds = 10.0;    // 0: one round of cases
   uint64_t seed = 0;        // 0: from the clock (printed, so that a failure can be replayed)
   std::string op = "all";
 };
 int RunCheck(const CheckOptions& options);
 
-int RunInfo();
+struct InfoOptions {
+  int threads = 0;          // --threads, 0 when not given
+};
+int RunInfo(const InfoOptions& options);
 
 }  // namespace moegrad::tool

@@ -1,19 +1,32 @@
 // `moegrad info`: what moegrad sees of this machine.
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "moegrad/plan.hpp"
+#include "src/testing/thread_count.h"
 #include "tools/moegrad/cli.h"
 #include "tools/moegrad/common/measure.h"
 
 namespace moegrad::tool {
 
-int RunInfo() {
+int RunInfo(const InfoOptions& o) {
   std::printf("moegrad %s\n", Version());
   std::printf("SIMD target:    %s\n", SimdTarget());
+  // Where the count comes from; a MOEGRAD_NUM_THREADS the library ignored (it said so on stderr) is named.
   const char* env = std::getenv("MOEGRAD_NUM_THREADS");
-  std::printf("threads:        %d%s%s%s\n", NumThreads(), env ? " (MOEGRAD_NUM_THREADS=" : "", env ? env : "",
-              env ? ")" : "");
+  int env_threads = 0;
+  std::string source;
+  if (o.threads > 0) {
+    source = "--threads";
+  } else if (env != nullptr && core::ParseThreadCount(env, &env_threads)) {
+    source = std::string("MOEGRAD_NUM_THREADS=") + env;
+  } else if (env != nullptr) {
+    source = std::string("every CPU; MOEGRAD_NUM_THREADS=") + env + " ignored";
+  } else {
+    source = "every CPU";
+  }
+  std::printf("threads:        %d (%s)\n", NumThreads(), source.c_str());
   std::fflush(stdout);
   const double bw = CopyBandwidth(NumThreads());
   std::printf("copy bandwidth: %.1f GB/s (memcpy of 256 MiB, bytes read + written, median)\n", bw * 1e-9);

@@ -1,8 +1,13 @@
 // moegrad: benchmarks (`bench`, the default), a randomized self-test against the reference (`check`) and
 // a description of the machine as moegrad sees it (`info`).
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -18,6 +23,10 @@ void PrintUsage(FILE* f) {
   std::fprintf(f,
                "usage: moegrad [bench|check|info] [options]\n"
                "\n"
+               "One command (bench when none is given), before or after its options; each option below belongs\n"
+               "to the command it is listed under and is an error with any other. A bad value, a missing one or\n"
+               "a misplaced option exits with status 2 before anything runs.\n"
+               "\n"
                "  bench   time every operator on a model's MoE layer shape, verify each result against the\n"
                "          scalar reference and compare with the machine's copy bandwidth (the default)\n"
                "    --preset NAME         model shape (default %s); one of:\n",
@@ -28,7 +37,8 @@ void PrintUsage(FILE* f) {
                  static_cast<long long>(p.topk), static_cast<long long>(p.default_tokens));
   }
   std::fprintf(f,
-               "    --tokens N            tokens T (batch x sequence) instead of the preset's default\n"
+               "    --tokens N            tokens T (batch x sequence, N >= 1) instead of the preset's default;\n"
+               "                          a T whose tensors do not fit in the available memory is refused\n"
                "    --dtype f32|f16|bf16|all   float dtype (default all)\n"
                "    --op NAME|all         one operator, by name or CANN name (case-insensitive):\n");
   for (const OpName& op : OpNames()) std::fprintf(f, "                            %-36s %s\n", op.key, op.name);
@@ -36,101 +46,171 @@ void PrintUsage(FILE* f) {
   for (const OpAlias& a : OpAliases()) std::fprintf(f, " %s", a.alias);
   std::fprintf(f,
                "\n"
-               "    --json FILE           also write the rows as JSON\n"
+               "    --json FILE           also write the rows as JSON (FILE is opened before the run)\n"
                "          drop-and-pad rows use capacity C = ceil(T*K/E) (capacity factor 1.0)\n"
                "  check   randomized differential test of every operator, mode, dtype, optional input and\n"
                "          layout against the reference, including invalid-index cases; exit 0 only if all pass\n"
-               "    --seconds S           how long to run (default 10)\n"
-               "    --seed N              replay a run (default: from the clock)\n"
+               "    --seconds S           how long to run, 0..1000000 (default 10; 0: one round)\n"
+               "    --seed N              replay a run, 0..2^64-1 (default and 0: from the clock)\n"
                "    --op NAME|all         test one operator only (names as for bench)\n"
                "  info    version, SIMD target, threads and measured copy bandwidth\n"
                "\n"
-               "  --threads N             worker threads (default: MOEGRAD_NUM_THREADS, else every CPU)\n"
-               "  --help                  this text\n");
+               "  --threads N             worker threads, 1..%d (every command; default: MOEGRAD_NUM_THREADS,\n"
+               "                          else every CPU)\n"
+               "  --help                  this text\n"
+               "  --version               the version\n",
+               kMaxThreads);
 }
 
-bool ParseInt(const char* s, int64_t lo, int64_t* out) {
+// The subcommands each option belongs to (as --help lists them).
+enum Commands : unsigned { kBench = 1, kCheck = 2, kInfo = 4, kEvery = kBench | kCheck | kInfo };
+
+struct OptionSpec {
+  const char* name;
+  unsigned commands;
+};
+constexpr OptionSpec kOptions[] = {
+    {"--preset", kBench}, {"--tokens", kBench}, {"--dtype", kBench}, {"--json", kBench},
+    {"--op", kBench | kCheck}, {"--seconds", kCheck}, {"--seed", kCheck}, {"--threads", kEvery},
+};
+
+unsigned CommandBit(const std::string& command) {
+  return command == "check" ? kCheck : command == "info" ? kInfo : kBench;
+}
+
+// A decimal integer in [lo, hi]: an optional '-' and digits, nothing else, and no overflow (strtoll would
+// saturate a value past INT64_MAX).
+bool ParseInt(const char* s, int64_t lo, int64_t hi, int64_t* out) {
+  const char* digits = *s == '-' ? s + 1 : s;
+  if (*digits < '0' || *digits > '9') return false;
+  errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(s, &end, 10);
-  if (end == s || *end != '\0' || v < lo) return false;
+  if (errno == ERANGE || *end != '\0' || v < lo || v > hi) return false;
   *out = v;
   return true;
 }
+
+// Digits only, up to UINT64_MAX (strtoull alone would also take "-1" as UINT64_MAX).
+bool ParseUint64(const char* s, uint64_t* out) {
+  if (*s < '0' || *s > '9') return false;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s, &end, 10);
+  if (errno == ERANGE || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+// A finite decimal number in [lo, hi] (strtod also reads "nan", "inf" and hex floats: all refused).
+bool ParseNumber(const char* s, double lo, double hi, double* out) {
+  if (!((*s >= '0' && *s <= '9') || *s == '.' || *s == '-' || *s == '+') || std::strpbrk(s, "xX")) return false;
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  if (end == s || *end != '\0' || !std::isfinite(v) || v < lo || v > hi) return false;
+  *out = v + 0.0;  // -0 is 0
+  return true;
+}
+
+constexpr double kMaxSeconds = 1e6;  // about 11 days
 
 int Main(int argc, char** argv) {
   std::string command;
   BenchOptions bench;
   bench.preset = DefaultPresetName();
   CheckOptions check;
+  InfoOptions info;
   int64_t threads = 0;
+  std::vector<const OptionSpec*> given;  // every option on the command line, for the check of its command
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    auto value = [&](const char** out) {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "moegrad: %s needs a value\n", arg.c_str());
-        return false;
-      }
-      *out = argv[++i];
-      return true;
-    };
-    const char* v = nullptr;
-    bool ok = true;
     if (arg == "--help" || arg == "-h" || arg == "help") {
       PrintUsage(stdout);
       return 0;
-    } else if (arg == "--version") {
+    }
+    if (arg == "--version") {
       std::printf("moegrad %s\n", Version());
       return 0;
-    } else if (arg == "bench" || arg == "check" || arg == "info") {
+    }
+    if (arg == "bench" || arg == "check" || arg == "info") {
       if (!command.empty()) {
         std::fprintf(stderr, "moegrad: more than one command (%s, %s)\n", command.c_str(), arg.c_str());
         return 2;
       }
       command = arg;
-    } else if (arg == "--threads") {
-      ok = value(&v) && ParseInt(v, 1, &threads);
-    } else if (arg == "--preset") {
-      ok = value(&v);
-      if (ok) bench.preset = v;
-    } else if (arg == "--tokens") {
-      ok = value(&v) && ParseInt(v, 0, &bench.tokens);
-    } else if (arg == "--dtype") {
-      ok = value(&v);
-      if (ok) bench.dtype = v;
-    } else if (arg == "--op") {
-      ok = value(&v);
-      if (ok) bench.op = check.op = v;
-    } else if (arg == "--json") {
-      ok = value(&v);
-      if (ok) bench.json = v;
-    } else if (arg == "--seconds") {
-      ok = value(&v);
-      if (ok) {
-        char* end = nullptr;
-        check.seconds = std::strtod(v, &end);
-        ok = end != v && *end == '\0' && check.seconds >= 0;
-      }
-    } else if (arg == "--seed") {
-      int64_t seed = 0;
-      ok = value(&v) && ParseInt(v, 0, &seed);
-      check.seed = static_cast<uint64_t>(seed);
-    } else {
+      continue;
+    }
+    const OptionSpec* spec = nullptr;
+    for (const OptionSpec& o : kOptions) {
+      if (arg == o.name) spec = &o;
+    }
+    if (spec == nullptr) {
       std::fprintf(stderr, "moegrad: unknown argument '%s' (see moegrad --help)\n", arg.c_str());
       return 2;
     }
-    if (!ok) {
-      std::fprintf(stderr, "moegrad: bad value for %s%s%s\n", arg.c_str(), v ? ": " : "", v ? v : "");
+    // Every option takes a value; another option in its place means the value is missing.
+    if (i + 1 >= argc || std::strncmp(argv[i + 1], "--", 2) == 0) {
+      std::fprintf(stderr, "moegrad: %s needs a value (see moegrad --help)\n", arg.c_str());
+      return 2;
+    }
+    given.push_back(spec);
+    const char* v = argv[++i];
+    std::string rule;  // what v must be, when it is not
+    if (arg == "--threads") {
+      if (!ParseInt(v, 1, kMaxThreads, &threads)) rule = "an integer in 1.." + std::to_string(kMaxThreads);
+    } else if (arg == "--tokens") {
+      if (!ParseInt(v, 1, INT64_MAX, &bench.tokens)) rule = "an integer in 1.." + std::to_string(INT64_MAX);
+    } else if (arg == "--seconds") {
+      if (!ParseNumber(v, 0.0, kMaxSeconds, &check.seconds)) rule = "a number in 0..1000000";
+    } else if (arg == "--seed") {
+      if (!ParseUint64(v, &check.seed)) rule = "an integer in 0.." + std::to_string(UINT64_MAX);
+    } else if (*v == '\0') {
+      rule = "non-empty";
+    } else if (arg == "--preset") {
+      bench.preset = v;
+    } else if (arg == "--dtype") {
+      bench.dtype = v;
+    } else if (arg == "--op") {
+      bench.op = check.op = v;
+    } else if (arg == "--json") {
+      bench.json = v;
+    }
+    if (!rule.empty()) {
+      std::fprintf(stderr, "moegrad: %s must be %s, not '%s'\n", arg.c_str(), rule.c_str(), v);
       return 2;
     }
   }
-  if (threads > 0) SetNumThreads(static_cast<int>(threads));
+  // The options may come before or after the command: it is known only now. With none it is bench.
+  if (command.empty()) command = "bench";
+  for (const OptionSpec* spec : given) {
+    if (!(spec->commands & CommandBit(command))) {
+      std::fprintf(stderr, "moegrad: %s does not take %s (see moegrad --help)\n", command.c_str(), spec->name);
+      return 2;
+    }
+  }
+  if (threads > 0) {
+    SetNumThreads(static_cast<int>(threads));
+    info.threads = static_cast<int>(threads);
+  }
 
   if (command == "check") return RunCheck(check);
-  if (command == "info") return RunInfo();
+  if (command == "info") return RunInfo(info);
   return RunBench(bench);
 }
 
 }  // namespace
 }  // namespace moegrad::tool
 
-int main(int argc, char** argv) { return moegrad::tool::Main(argc, argv); }
+// Nothing escapes as an uncaught exception (std::terminate, a core dump): one line and status 1.
+int main(int argc, char** argv) {
+  try {
+    return moegrad::tool::Main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "moegrad: out of memory\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moegrad: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "moegrad: unknown error\n");
+  }
+  return 1;
+}

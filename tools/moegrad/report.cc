@@ -71,9 +71,7 @@ std::string JsonString(const std::string& s) {
 
 }  // namespace
 
-bool WriteBenchJson(const BenchReport& r, const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) return false;
+bool WriteBenchJson(const BenchReport& r, FILE* f) {
   const Shape& s = r.shape;
   std::fprintf(f,
                "{\n  \"version\": %s,\n  \"simd_target\": %s,\n  \"threads\": %d,\n  \"preset\": %s,\n"
@@ -100,7 +98,7 @@ bool WriteBenchJson(const BenchReport& r, const std::string& path) {
                  b.error.empty() ? "" : (", \"error\": " + JsonString(b.error)).c_str());
   }
   std::fprintf(f, "\n  ]\n}\n");
-  return std::fclose(f) == 0;
+  return std::fflush(f) == 0 && !std::ferror(f);
 }
 
 }  // namespace moegrad::tool

@@ -35,7 +35,9 @@ struct BenchReport {
 };
 
 void PrintBenchTable(const BenchReport& report, FILE* out);
-bool WriteBenchJson(const BenchReport& report, const std::string& path);
+// Writes the report to `f` (opened by the caller before the run, so that a bad path fails fast); false on a
+// write error.
+bool WriteBenchJson(const BenchReport& report, FILE* f);
 
 // "12.3 us", "4.56 ms", "1.23 s".
 std::string FormatSeconds(double s);

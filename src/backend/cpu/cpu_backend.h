@@ -24,8 +24,9 @@ const Backend* Instance() {
   return &backend;
 }
 
-// n >= 1 fixes the thread count of later calls; 0 restores the default (MOEGRAD_NUM_THREADS, else every CPU
-// the process may use). Threads() is the count the next call uses.
+// n >= 1 fixes the thread count of later calls (at most core::kMaxThreads: larger values use that); n <= 0
+// restores the default (MOEGRAD_NUM_THREADS, else every CPU the process may use). Threads() is the count the
+// next call uses.
 void SetThreads(int n);
 int Threads();
 // The SIMD target HWY_DYNAMIC_DISPATCH picks on this CPU, e.g. "AVX3".

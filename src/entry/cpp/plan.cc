@@ -5,6 +5,7 @@
 
 #include "moegrad/tensor.hpp"
 #include "src/backend/cpu/cpu_backend.h"
+#include "src/core/thread_count.h"
 #include "src/entry/public_types.h"
 #include "src/ops/plan.h"
 
@@ -37,6 +38,8 @@ Status Plan::Run() const {
   ::operator delete(ws, std::align_val_t(64));
   return entry::ToPublic(s);
 }
+
+static_assert(kMaxThreads == core::kMaxThreads, "the public and internal thread limits differ");
 
 void SetNumThreads(int n) { backend::cpu::SetThreads(n); }
 int NumThreads() { return backend::cpu::Threads(); }

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "moegrad/plan.hpp"
+
 namespace moegrad::tool {
 
 namespace {
@@ -42,10 +44,14 @@ double MedianSeconds(const std::function<void()>& fn, int warmup, int min_runs, 
 
 namespace {
 
-// Calls fn(begin, end) on `threads` threads over 64-byte aligned parts of [0, bytes).
+// Calls fn(begin, end, part) on up to `threads` threads over 64-byte aligned parts of [0, bytes). The team is
+// at most kMaxThreads (the library's limit) and one thread per 64 bytes: libgomp sizes per-thread start data
+// on the calling thread's stack, which a team of 100000 overflows, and more threads than lines copy nothing.
 template <typename Fn>
 void ForEachPart(size_t bytes, int threads, const Fn& fn) {
-#pragma omp parallel num_threads(std::max(threads, 1))
+  size_t team = std::min(static_cast<size_t>(std::max(threads, 1)), static_cast<size_t>(kMaxThreads));
+  team = std::max<size_t>(std::min(team, bytes / 64), 1);
+#pragma omp parallel num_threads(static_cast<int>(team))
   {
     const size_t parts = static_cast<size_t>(omp_get_num_threads());
     const size_t i = static_cast<size_t>(omp_get_thread_num());

@@ -19,7 +19,8 @@ double PairedWithCopy(const std::function<void()>& fn, double fn_bytes, void* ds
                       size_t copy_bytes, int threads, double* ratio, double* copy_bandwidth, int min_runs = 7,
                       int max_runs = 41, double budget_seconds = 1.0);
 
-// memcpy of `bytes` split into `threads` contiguous parts, one per thread (OpenMP).
+// memcpy of `bytes` split into `threads` contiguous parts, one per thread (OpenMP); at most kMaxThreads
+// threads and one per 64 bytes, whatever `threads` is.
 void ParallelCopy(void* dst, const void* src, size_t bytes, int threads);
 
 // Bytes read plus bytes written per second by a parallel memcpy of a `bytes`-sized buffer (far larger than

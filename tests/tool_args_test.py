@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""The command-line tool on malformed and on accepted command lines: every bad argument is one line on stderr
+and exit status 2 before anything runs (no benchmark, no --json file), never a crash or an uncaught exception;
+a bad MOEGRAD_NUM_THREADS is one warning and the default thread count. Usage: tool_args_test.py PATH/moegrad.
+
+Each case: the arguments ("{json}" stands for a --json path in a fresh temporary folder, which must still not
+exist afterwards when the case fails), extra environment, the expected exit status and a substring of stderr.
+A failing case must also print exactly one line on stderr and finish in a few seconds. Last, an allocation that
+fails in spite of the up-front checks (a small RLIMIT_AS) must be the one line "moegrad: out of memory".
+"""
+
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+MAX_THREADS = 4096
+THREADS_RULE = "must be an integer in 1..4096, not "
+TOKENS_RULE = "--tokens must be an integer in 1..9223372036854775807, not "
+SECONDS_RULE = "--seconds must be a number in 0..1000000, not "
+SEED_RULE = "--seed must be an integer in 0..18446744073709551615, not "
+FAST_S = 5.0  # a refused command line runs nothing: far less than any benchmark or self-test
+
+# The default thread count: every CPU the process may use (as the library counts them), at most 4096.
+DEFAULT_THREADS = min(len(os.sched_getaffinity(0)), MAX_THREADS)
+ENV_WARNING = "is not an integer in 1..4096; using %d threads (every CPU)" % DEFAULT_THREADS
+
+# (arguments, environment, exit status, stderr substring)
+BAD = [
+    # --threads: one range for every command, checked before anything runs (100000 crashed in the copy
+    # bandwidth measurement, 4294967297 ran 1 thread, 2147483648 the default)
+    (["--threads", "0"], {}, 2, "--threads " + THREADS_RULE + "'0'"),
+    (["--threads", "-1"], {}, 2, "--threads " + THREADS_RULE + "'-1'"),
+    (["info", "--threads", "100000"], {}, 2, "--threads " + THREADS_RULE + "'100000'"),
+    (["bench", "--threads", "100000", "--json", "{json}"], {}, 2, THREADS_RULE + "'100000'"),
+    (["--threads", "4097", "check"], {}, 2, THREADS_RULE + "'4097'"),
+    (["--threads", "2147483648"], {}, 2, THREADS_RULE + "'2147483648'"),
+    (["--threads", "4294967297"], {}, 2, THREADS_RULE + "'4294967297'"),
+    (["--threads", "abc"], {}, 2, THREADS_RULE + "'abc'"),
+    (["--threads", ""], {}, 2, THREADS_RULE + "''"),
+    (["--threads", "8 "], {}, 2, THREADS_RULE + "'8 '"),
+    # --tokens: an integer, no overflow, and a size the machine can hold
+    (["bench", "--tokens", "-1", "--json", "{json}"], {}, 2, TOKENS_RULE + "'-1'"),
+    (["--tokens", "0"], {}, 2, TOKENS_RULE + "'0'"),
+    (["--tokens", "1e3", "--json", "{json}"], {}, 2, TOKENS_RULE + "'1e3'"),
+    (["--tokens", "99999999999999999999"], {}, 2, TOKENS_RULE + "'99999999999999999999'"),
+    (["--tokens", "9223372036854775808"], {}, 2, TOKENS_RULE + "'9223372036854775808'"),
+    (["bench", "--tokens", "1000000000000", "--json", "{json}"], {}, 2, "moegrad: --tokens 1000000000000 needs "),
+    (["--tokens", "1000000000000"], {}, 2, " GiB, have "),
+    (["--tokens", "9223372036854775807"], {}, 2, "--tokens 9223372036854775807 needs more than "),
+    # --seconds: finite, 0..1000000
+    (["check", "--seconds", "nan"], {}, 2, SECONDS_RULE + "'nan'"),
+    (["check", "--seconds", "inf"], {}, 2, SECONDS_RULE + "'inf'"),
+    (["check", "--seconds", "-inf"], {}, 2, SECONDS_RULE + "'-inf'"),
+    (["check", "--seconds", "-1"], {}, 2, SECONDS_RULE + "'-1'"),
+    (["check", "--seconds", "abc"], {}, 2, SECONDS_RULE + "'abc'"),
+    (["check", "--seconds", "1e7"], {}, 2, SECONDS_RULE + "'1e7'"),
+    (["check", "--seconds", "0x10"], {}, 2, SECONDS_RULE + "'0x10'"),
+    (["check", "--seconds", ""], {}, 2, SECONDS_RULE + "''"),
+    # --seed: 0..2^64-1
+    (["check", "--seed", "-1"], {}, 2, SEED_RULE + "'-1'"),
+    (["check", "--seed", "18446744073709551616"], {}, 2, SEED_RULE + "'18446744073709551616'"),
+    (["check", "--seed", "abc"], {}, 2, SEED_RULE + "'abc'"),
+    # a missing value: one line, not two
+    (["--tokens"], {}, 2, "moegrad: --tokens needs a value"),
+    (["bench", "--preset"], {}, 2, "--preset needs a value"),
+    (["bench", "--dtype"], {}, 2, "--dtype needs a value"),
+    (["bench", "--op"], {}, 2, "--op needs a value"),
+    (["bench", "--json"], {}, 2, "--json needs a value"),
+    (["--json", "--tokens", "8"], {}, 2, "--json needs a value"),
+    (["check", "--seconds"], {}, 2, "--seconds needs a value"),
+    (["check", "--seed"], {}, 2, "--seed needs a value"),
+    (["info", "--threads"], {}, 2, "--threads needs a value"),
+    # unknown arguments and values
+    (["--frob"], {}, 2, "moegrad: unknown argument '--frob'"),
+    (["bench", "-x"], {}, 2, "unknown argument '-x'"),
+    (["frob"], {}, 2, "unknown argument 'frob'"),
+    (["bench", "--preset", "nope", "--json", "{json}"], {}, 2, "unknown preset 'nope'"),
+    (["bench", "--preset", ""], {}, 2, "--preset must be non-empty, not ''"),
+    (["bench", "--dtype", "f64", "--json", "{json}"], {}, 2, "--dtype must be f32, f16, bf16 or all, not 'f64'"),
+    (["bench", "--op", "nope", "--json", "{json}"], {}, 2, "unknown --op 'nope'; one of: all,"),
+    (["check", "--op", "nope"], {}, 2, "unknown --op 'nope'; one of: all,"),
+    # an option of another command (with none the command is bench; the command may come last)
+    (["check", "--tokens", "8"], {}, 2, "moegrad: check does not take --tokens (see moegrad --help)"),
+    (["check", "--json", "{json}"], {}, 2, "check does not take --json"),
+    (["check", "--preset", "mixtral-8x7b"], {}, 2, "check does not take --preset"),
+    (["check", "--dtype", "f32"], {}, 2, "check does not take --dtype"),
+    (["bench", "--seconds", "1", "--json", "{json}"], {}, 2, "bench does not take --seconds"),
+    (["--seed", "1", "--json", "{json}"], {}, 2, "bench does not take --seed"),
+    (["info", "--json", "{json}"], {}, 2, "info does not take --json"),
+    (["info", "--preset", "x"], {}, 2, "info does not take --preset"),
+    (["info", "--op", "all"], {}, 2, "info does not take --op"),
+    (["--seconds", "1", "info"], {}, 2, "info does not take --seconds"),
+    (["--tokens", "5", "check"], {}, 2, "check does not take --tokens"),
+    # --json is opened before the run: a bad path fails at once
+    (["bench", "--json", "/nonexistent-dir/x.json"], {}, 2,
+     "moegrad: --json /nonexistent-dir/x.json: No such file or directory"),
+    (["--json", "/"], {}, 2, "moegrad: --json /: Is a directory"),
+    (["bench", "--json", ""], {}, 2, "--json must be non-empty, not ''"),
+    # one command only
+    (["bench", "check"], {}, 2, "more than one command (bench, check)"),
+    (["check", "check"], {}, 2, "more than one command (check, check)"),
+    (["info", "--threads", "2", "bench"], {}, 2, "more than one command (info, bench)"),
+]
+
+# (arguments, environment, exit status, stderr substring or None, stdout substring)
+GOOD = [
+    (["info"], {}, 0, None, "threads:        %d (every CPU)" % DEFAULT_THREADS),
+    (["info", "--threads", "4096"], {}, 0, None, "threads:        4096 (--threads)"),
+    (["--threads", "1", "info"], {}, 0, None, "threads:        1 (--threads)"),
+    # a bad MOEGRAD_NUM_THREADS: one warning from the library, the default thread count, exit 0
+    (["info"], {"MOEGRAD_NUM_THREADS": "abc"}, 0, "moegrad: MOEGRAD_NUM_THREADS=abc " + ENV_WARNING,
+     "threads:        %d (every CPU; MOEGRAD_NUM_THREADS=abc ignored)" % DEFAULT_THREADS),
+    (["info"], {"MOEGRAD_NUM_THREADS": "100000"}, 0, "moegrad: MOEGRAD_NUM_THREADS=100000 " + ENV_WARNING,
+     "threads:        %d (every CPU;" % DEFAULT_THREADS),
+    (["info"], {"MOEGRAD_NUM_THREADS": "3"}, 0, "", "threads:        3 (MOEGRAD_NUM_THREADS=3)"),
+    # the seconds as given (0.5 used to print as "0 s")
+    (["check", "--seconds", "0", "--seed", "1", "--op", "finalize-routing-v2"], {}, 0, None, ", 0 s, "),
+    (["check", "--seconds", "0.25", "--seed", "18446744073709551615", "--op", "permute"], {}, 0, None,
+     "seed 18446744073709551615, 0.25 s, "),
+    (["--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "f32", "--op", "finalize-routing-v2", "--json",
+      "{json}", "bench"], {}, 0, None, "MoeFinalizeRoutingV2"),
+    (["--help"], {}, 0, "", "--threads N             worker threads, 1..4096"),
+    (["--version"], {}, 0, "", "moegrad "),
+]
+
+
+def run(tool, args, env_extra, json_path, address_space=None):
+    env = {k: v for k, v in os.environ.items() if k != "MOEGRAD_NUM_THREADS"}
+    env.update(env_extra)
+    argv = [tool] + [a.replace("{json}", json_path) for a in args]
+
+    def limit():
+        if address_space is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+    start = time.monotonic()
+    p = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
+                       preexec_fn=limit)
+    return p, time.monotonic() - start
+
+
+def sanitized(tool):
+    """A sanitizer build reserves terabytes of address space for its shadow memory: no RLIMIT_AS there."""
+    with open(tool, "rb") as f:
+        data = f.read()
+    return any(s in data for s in (b"__asan_init", b"__tsan_init", b"__msan_init"))
+
+
+def describe(args, env):
+    return " ".join(["%s=%s" % kv for kv in env.items()] + ["moegrad"] + [repr(a) if a == "" else a for a in args])
+
+
+def main():
+    tool = sys.argv[1]
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        json_path = os.path.join(tmp, "out.json")
+        for args, env, status, expect in BAD:
+            p, seconds = run(tool, args, env, json_path)
+            name = describe(args, env)
+            lines = p.stderr.splitlines()
+            if p.returncode != status:
+                failures.append("%s: exit status %d, expected %d (stderr %r)" % (name, p.returncode, status, p.stderr))
+            elif len(lines) != 1 or not p.stderr.endswith("\n"):
+                failures.append("%s: stderr is %d lines, expected 1: %r" % (name, len(lines), p.stderr))
+            elif expect not in lines[0]:
+                failures.append("%s: stderr %r does not contain %r" % (name, lines[0], expect))
+            elif os.path.exists(json_path):
+                failures.append("%s: wrote %s" % (name, json_path))
+            elif seconds > FAST_S:
+                failures.append("%s: took %.1f s to refuse its arguments" % (name, seconds))
+            if os.path.exists(json_path):
+                os.remove(json_path)
+        for args, env, status, expect_err, expect_out in GOOD:
+            p, _ = run(tool, args, env, json_path)
+            name = describe(args, env)
+            if p.returncode != status:
+                failures.append("%s: exit status %d, expected %d (stderr %r)" % (name, p.returncode, status, p.stderr))
+            elif expect_out not in p.stdout:
+                failures.append("%s: stdout does not contain %r:\n%s" % (name, expect_out, p.stdout))
+            elif expect_err == "" and p.stderr:
+                failures.append("%s: expected nothing on stderr, got %r" % (name, p.stderr))
+            elif expect_err and (p.stderr.splitlines() != [expect_err] or not p.stderr.endswith("\n")):
+                failures.append("%s: stderr %r, expected exactly the line %r" % (name, p.stderr, expect_err))
+            elif "{json}" in args and not os.path.exists(json_path):
+                failures.append("%s: no %s" % (name, json_path))
+            if os.path.exists(json_path):
+                os.remove(json_path)
+        # An allocation that fails anyway (here: 200 MiB of address space for info's 2 x 256 MiB copy) is
+        # one line and exit status 1, not an uncaught std::bad_alloc. One thread: no thread stacks to map.
+        ran = len(BAD) + len(GOOD)
+        if not sanitized(tool):
+            ran += 1
+            p, _ = run(tool, ["info", "--threads", "1"], {}, json_path, address_space=200 << 20)
+            if p.returncode != 1 or p.stderr != "moegrad: out of memory\n":
+                failures.append("info --threads 1 in 200 MiB: exit status %d, stderr %r, expected 1 and "
+                                "'moegrad: out of memory'" % (p.returncode, p.stderr))
+    for f in failures:
+        print("FAIL " + f)
+    print("tool_args_test: %d command lines, %d failed" % (ran, len(failures)))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
