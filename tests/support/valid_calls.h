@@ -47,7 +47,9 @@ struct ValidCall {
   }
   void ExpectUnchanged(const std::vector<std::vector<uint8_t>>& before) const {
     for (size_t i = 0; i < tensors.size(); ++i) {
-      if (tensors[i]) EXPECT_TRUE(tensors[i]->SameBytes(before[i])) << OpInfo<Args>::kTensors[i].name;
+      if (tensors[i]) {
+        EXPECT_TRUE(tensors[i]->SameBytes(before[i])) << OpInfo<Args>::kTensors[i].name;
+      }
     }
   }
 };
