@@ -271,11 +271,7 @@ aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDat
 }
 
 aclnnStatus aclDestroyTensor(const aclTensor* tensor) {
-  if (tensor == nullptr) {
-    SetRecentError("aclDestroyTensor: tensor is required but is null");
-    return ACLNN_ERR_PARAM_NULLPTR;
-  }
-  delete tensor;
+  delete tensor;  // NULL: a no-op, as every destroy function (docs: the ACL runtime)
   return ACLNN_SUCCESS;
 }
 
