@@ -85,6 +85,7 @@ Status Plan(const FinalizeRoutingV2Args& a, PlanPtr* plan) {
 
   Problem q;
   q.dtype = CoreDType(x.dtype);
+  q.weight_dtype = scales != nullptr ? CoreDType(scales->dtype) : q.dtype;
   q.mode = mode;
   q.tokens = R;
   q.topk = K;

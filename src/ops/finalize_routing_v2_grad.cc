@@ -95,6 +95,7 @@ Status Plan(const FinalizeRoutingV2GradArgs& a, PlanPtr* plan) {
 
   Problem q;
   q.dtype = CoreDType(grad_y.dtype);
+  q.weight_dtype = scales != nullptr ? CoreDType(scales->dtype) : q.dtype;
   q.mode = mode;
   q.tokens = R;
   q.topk = K;

@@ -71,6 +71,7 @@ Status Plan(const TokenPermuteWithRoutingMapArgs& a, PlanPtr* plan) {
 
   Problem q;
   q.element_bytes = tokens.element_size();
+  q.weight_element_bytes = probs != nullptr ? probs->element_size() : q.element_bytes;
   q.tokens = T;
   q.experts = E;
   q.hidden = H;

@@ -76,6 +76,7 @@ Status Plan(const TokenPermuteWithRoutingMapGradArgs& a, PlanPtr* plan) {
 
   Problem q;
   q.dtype = CoreDType(grad.dtype);
+  q.weight_dtype = has_probs ? CoreDType(probs_in->dtype) : q.dtype;
   q.drop_and_pad = a.drop_and_pad;
   q.tokens = T;
   q.experts = E;
