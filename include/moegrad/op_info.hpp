@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "moegrad/ops.hpp"
 
@@ -41,10 +42,12 @@ struct TensorArg {
       (a.*optional).reset();
     }
   }
-  // False for an output that this call does not write (see written_with).
-  bool Written(const Args& a) const {
-    return role == ArgRole::kOutput && Get(a) != nullptr && (written_with == nullptr || (a.*written_with));
+  // True for an output that a call with these inputs writes (see written_with), given or not.
+  bool WrittenBy(const Args& a) const {
+    return role == ArgRole::kOutput && (written_with == nullptr || (a.*written_with));
   }
+  // False for an output that this call does not write: absent, or not written (see written_with).
+  bool Written(const Args& a) const { return Get(a) != nullptr && WrittenBy(a); }
 };
 
 // One integer or boolean attribute of `Args`: exactly one of `value` / `flag` is set.
@@ -85,8 +88,8 @@ constexpr AttrArg<A> Attr(const char* name, bool A::*m) { return {name, nullptr,
 
 }  // namespace op_info
 
-// Specialized below for each operator's argument struct: kName, kKey, kPlan / kRun (its C++ API functions),
-// kTensors, kAttrs.
+// Specialized below for each operator's argument struct: kName, kKey, kPlan / kRun / kInfer (its C++ API
+// functions), kTensors, kAttrs.
 template <typename Args>
 struct OpInfo;
 
@@ -95,6 +98,8 @@ struct OpInfo<FinalizeRoutingV2GradArgs> {
   using A = FinalizeRoutingV2GradArgs;
   static constexpr Status (*kPlan)(const A&, Plan*) = &PlanFinalizeRoutingV2Grad;  // phase one
   static constexpr Status (*kRun)(const A&) = &FinalizeRoutingV2Grad;               // plan, allocate, run
+  static constexpr Status (*kInfer)(const A&, std::vector<OutputSpec>*) =  // output query
+      &InferFinalizeRoutingV2GradOutputs;
   static constexpr const char* kName = "MoeFinalizeRoutingV2Grad";
   static constexpr const char* kKey = "finalize-routing-v2-grad";
   static constexpr TensorArg<A> kTensors[] = {
@@ -113,6 +118,8 @@ struct OpInfo<TokenPermuteWithRoutingMapGradArgs> {
   using A = TokenPermuteWithRoutingMapGradArgs;
   static constexpr Status (*kPlan)(const A&, Plan*) = &PlanTokenPermuteWithRoutingMapGrad;  // phase one
   static constexpr Status (*kRun)(const A&) = &TokenPermuteWithRoutingMapGrad;               // plan, allocate, run
+  static constexpr Status (*kInfer)(const A&, std::vector<OutputSpec>*) =  // output query
+      &InferTokenPermuteWithRoutingMapGradOutputs;
   static constexpr const char* kName = "MoeTokenPermuteWithRoutingMapGrad";
   static constexpr const char* kKey = "token-permute-with-routing-map-grad";
   static constexpr TensorArg<A> kTensors[] = {
@@ -132,6 +139,8 @@ struct OpInfo<FinalizeRoutingV2Args> {
   using A = FinalizeRoutingV2Args;
   static constexpr Status (*kPlan)(const A&, Plan*) = &PlanFinalizeRoutingV2;  // phase one
   static constexpr Status (*kRun)(const A&) = &FinalizeRoutingV2;               // plan, allocate, run
+  static constexpr Status (*kInfer)(const A&, std::vector<OutputSpec>*) =  // output query
+      &InferFinalizeRoutingV2Outputs;
   static constexpr const char* kName = "MoeFinalizeRoutingV2";
   static constexpr const char* kKey = "finalize-routing-v2";
   static constexpr TensorArg<A> kTensors[] = {
@@ -147,6 +156,8 @@ struct OpInfo<TokenPermuteWithRoutingMapArgs> {
   using A = TokenPermuteWithRoutingMapArgs;
   static constexpr Status (*kPlan)(const A&, Plan*) = &PlanTokenPermuteWithRoutingMap;  // phase one
   static constexpr Status (*kRun)(const A&) = &TokenPermuteWithRoutingMap;               // plan, allocate, run
+  static constexpr Status (*kInfer)(const A&, std::vector<OutputSpec>*) =  // output query
+      &InferTokenPermuteWithRoutingMapOutputs;
   static constexpr const char* kName = "MoeTokenPermuteWithRoutingMap";
   static constexpr const char* kKey = "token-permute-with-routing-map";
   static constexpr TensorArg<A> kTensors[] = {

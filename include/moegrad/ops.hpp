@@ -1,12 +1,14 @@
 // moegrad/ops.hpp: the C++ API of the moegrad operators. Semantics and errors: docs/ops/*.md.
 //
 // Each operator has an argument struct, a Plan* function (phase one: every shape/dtype/attribute rule, the
-// workspace size) and a one-call form that plans, allocates the workspace and runs. Optional tensors are
-// std::nullopt when absent. Nothing is written on any error.
+// workspace size), a one-call form that plans, allocates the workspace and runs, and an output query
+// (Infer*Outputs: the outputs a call would write, before they exist). Optional tensors are std::nullopt when
+// absent. Nothing is written on any error.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "moegrad/export.hpp"
 #include "moegrad/plan.hpp"
@@ -14,6 +16,25 @@
 #include "moegrad/tensor.hpp"
 
 namespace moegrad {
+
+// One output of a call as the output query reports it: the tensor a caller allocates for it.
+struct OutputSpec {
+  const char* name = "";  // as OpInfo<Args>::kTensors and messages name it, e.g. "gradScalesOut"
+  bool written = false;   // false: this call leaves the output alone (e.g. gradScalesOut without scales);
+                          // the fields below are then unset
+  DType dtype = DType::kFloat32;
+  int rank = 0;
+  int64_t sizes[TensorView::kMaxRank] = {};
+};
+
+// Infer<Op>Outputs(args, &outputs), the output query of each operator: phase one without the outputs. It is
+// Plan<Op>'s own code: every rule on the inputs and attributes is checked as there (the same status and message,
+// in the same order), and when they hold `outputs` receives every output of OpInfo<Args>::kTensors in that
+// order: whether the call writes it and, if so, the shape and dtype it needs (any strides will do). The output
+// fields of `args` are ignored, given or not, and never touched. Not checked (nothing to check yet): the
+// outputs' overlaps and the backend (devices, workspace size), which Plan<Op> with the outputs then checks. The
+// reported shapes' element and byte counts fit in int64 (else INVALID, as for a view of that shape).
+// MoeFinalizeRoutingV2 reads R and H from out; its query finds them from the inputs (see there).
 
 // Backward of MoeFinalizeRoutingV2 (token-major pairs i = r*K + k). See docs/ops/finalize_routing_v2_grad.md.
 struct FinalizeRoutingV2GradArgs {
@@ -32,6 +53,8 @@ struct FinalizeRoutingV2GradArgs {
 };
 MOEGRAD_API Status PlanFinalizeRoutingV2Grad(const FinalizeRoutingV2GradArgs& args, Plan* plan);
 MOEGRAD_API Status FinalizeRoutingV2Grad(const FinalizeRoutingV2GradArgs& args);
+MOEGRAD_API Status InferFinalizeRoutingV2GradOutputs(const FinalizeRoutingV2GradArgs& args,
+                                                     std::vector<OutputSpec>* outputs);
 
 // Backward of MoeTokenPermuteWithRoutingMap. See docs/ops/token_permute_with_routing_map_grad.md.
 struct TokenPermuteWithRoutingMapGradArgs {
@@ -47,6 +70,8 @@ struct TokenPermuteWithRoutingMapGradArgs {
 };
 MOEGRAD_API Status PlanTokenPermuteWithRoutingMapGrad(const TokenPermuteWithRoutingMapGradArgs& args, Plan* plan);
 MOEGRAD_API Status TokenPermuteWithRoutingMapGrad(const TokenPermuteWithRoutingMapGradArgs& args);
+MOEGRAD_API Status InferTokenPermuteWithRoutingMapGradOutputs(const TokenPermuteWithRoutingMapGradArgs& args,
+                                                              std::vector<OutputSpec>* outputs);
 
 // Forward "combine". See docs/ops/finalize_routing_v2.md.
 struct FinalizeRoutingV2Args {
@@ -62,6 +87,10 @@ struct FinalizeRoutingV2Args {
 };
 MOEGRAD_API Status PlanFinalizeRoutingV2(const FinalizeRoutingV2Args& args, Plan* plan);
 MOEGRAD_API Status FinalizeRoutingV2(const FinalizeRoutingV2Args& args);
+// out (R, H) without out: H from expandedX (which must then be 2-D, or 3-D in modes 1, 3), R the rows of the
+// first of scales, x1, x2, expertIdx given, or without any of them expandedRowIdx's elements (K = 1).
+MOEGRAD_API Status InferFinalizeRoutingV2Outputs(const FinalizeRoutingV2Args& args,
+                                                 std::vector<OutputSpec>* outputs);
 
 // Forward "dispatch". See docs/ops/token_permute_with_routing_map.md.
 struct TokenPermuteWithRoutingMapArgs {
@@ -76,5 +105,7 @@ struct TokenPermuteWithRoutingMapArgs {
 };
 MOEGRAD_API Status PlanTokenPermuteWithRoutingMap(const TokenPermuteWithRoutingMapArgs& args, Plan* plan);
 MOEGRAD_API Status TokenPermuteWithRoutingMap(const TokenPermuteWithRoutingMapArgs& args);
+MOEGRAD_API Status InferTokenPermuteWithRoutingMapOutputs(const TokenPermuteWithRoutingMapArgs& args,
+                                                          std::vector<OutputSpec>* outputs);
 
 }  // namespace moegrad

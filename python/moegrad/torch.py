@@ -2,11 +2,15 @@
 differentiable through moegrad's exact gradient operators, plus the two gradient operators themselves.
 
 Tensors are handed to the library in place (data pointer, sizes and strides: no copy, any strides); only the
-outputs are allocated here. Every rule is the library's and a violation raises ValueError with its message.
-The functions are also registered as torch.ops.moegrad.<name> (see docs/python.md).
+outputs are allocated here, exactly as the library's output query (phase one without the outputs) reports
+them. Every rule is the library's: a violation raises ValueError with its one-line message, before anything is
+allocated. A non-tensor where a tensor goes, or a non-integer attribute, raises TypeError. The functions are
+also registered as torch.ops.moegrad.<name> (see docs/python.md).
 """
+import math
+import operator
+
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _C
 
@@ -23,117 +27,185 @@ _DTYPE_NAMES = {
     torch.int64: "INT64", torch.bool: "BOOL",
 }
 _DTYPE_CODES = {t: _C.DTYPES[name] for t, name in _DTYPE_NAMES.items()}
+_DTYPES = {code: t for t, code in _DTYPE_CODES.items()}
+_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 
 
-def _desc(t, name):
-    """(data_ptr, dtype code, sizes, strides) of a CPU tensor, for the extension; None stays None."""
+# --- arguments ------------------------------------------------------------------------------------------------
+# Messages start with the operator's CANN name and name arguments as the library does (_C.OPS: gradY for
+# grad_y), like the library's own.
+
+def _op(key):
+    return _C.INFO[key]["name"]
+
+
+def _type_name(value):
+    t = type(value)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _tensor(key, name, t):
+    """t, checked as tensor argument `name` of operator `key`: None (where optional) or a strided CPU tensor of a
+    dtype the library knows; what a TensorView can express is the library's to check."""
     if t is None:
+        if name in _C.INFO[key]["required"]:
+            raise ValueError(f"{_op(key)}: {name} is required but is null")  # the library's NULLPTR message
         return None
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"moegrad: {name} must be a torch.Tensor, not {type(t).__name__}")
+        what = "a torch.Tensor" if name in _C.INFO[key]["required"] else "a torch.Tensor or None"
+        raise TypeError(f"{_op(key)}: {name} must be {what}, not {_type_name(t)}")
     if t.device.type != "cpu" or t.layout != torch.strided:
-        raise ValueError(f"moegrad: {name} is a {t.layout} tensor on {t.device}; moegrad takes strided CPU tensors")
-    code = _DTYPE_CODES.get(t.dtype)
-    if code is None:
-        raise ValueError(f"moegrad: {name} has dtype {t.dtype}, which moegrad does not know")
+        raise ValueError(f"{_op(key)}: {name} is a {t.layout} tensor on {t.device}; moegrad takes strided CPU "
+                         "tensors")
+    if t.dtype not in _DTYPE_CODES:
+        raise ValueError(f"{_op(key)}: {name} has dtype {t.dtype}, which moegrad does not know")
     if t.is_neg() or t.is_conj():
-        raise ValueError(f"moegrad: {name} is a lazily negated/conjugated view; call resolve_neg() first")
-    return (t.data_ptr(), code, tuple(t.shape), tuple(t.stride()))
+        raise ValueError(f"{_op(key)}: {name} is a lazily negated/conjugated view; call resolve_neg() first")
+    return t
 
 
-def _dim(t, d):
-    """Size of dimension d, or 0 when t has no such dimension (the library reports the bad rank)."""
-    return t.shape[d] if t is not None and t.dim() > d else 0
+def _attr(key, name, value):
+    """value as attribute `name` of operator `key`: an int64 (anything with __index__ but a bool), or for a
+    boolean attribute a bool (or 0 / 1)."""
+    flag = name in _C.INFO[key]["flags"]
+    if flag and isinstance(value, bool):
+        return value
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{_op(key)}: {name} must be {'a bool' if flag else 'an int'}, not {_type_name(value)}")
+    try:
+        number = operator.index(value)
+    except TypeError:  # e.g. a float tensor, whose type has __index__
+        raise TypeError(f"{_op(key)}: {name} must be {'a bool' if flag else 'an int'}, not {_type_name(value)} "
+                        f"of dtype {getattr(value, 'dtype', '?')}") from None
+    if flag:
+        if number not in (0, 1):
+            raise ValueError(f"{_op(key)}: {name} = {number} must be a bool (0 or 1)")
+        return bool(number)
+    if not _INT64_MIN <= number <= _INT64_MAX:
+        raise ValueError(f"{_op(key)}: {name} = {number} is outside the int64 range [-2**63, 2**63)")
+    return number
+
+
+def _check(key, tensors, attrs, may_be_none=()):
+    """Checks `tensors` and converts `attrs` (by the operator's names; None stays None for the attributes named
+    in may_be_none) as _tensor and _attr do, in the operator's order: what must hold before torch.ops' schema
+    parsing sees them."""
+    tensor_names, attr_names = _C.OPS[key]
+    for name in tensor_names:
+        if name in tensors:
+            _tensor(key, name, tensors[name])
+    return {n: (None if attrs[n] is None and n in may_be_none else _attr(key, n, attrs[n]))
+            for n in attr_names if n in attrs}
+
+
+def _desc(key, name, t):
+    """(data_ptr, dtype code, sizes, strides) of a checked tensor, for the extension; None stays None."""
+    if _tensor(key, name, t) is None:
+        return None
+    return (t.data_ptr(), _DTYPE_CODES[t.dtype], tuple(t.shape), tuple(t.stride()))
+
+
+def _empty(key, name, spec):
+    """The output `name` as the output query reports it: None (not written) or (dtype code, sizes)."""
+    if spec is None:
+        return None
+    code, sizes = spec
+    dtype = _DTYPES[code]
+    try:
+        return torch.empty(sizes, dtype=dtype)
+    except (RuntimeError, MemoryError):  # torch's allocator: a valid shape with more bytes than this machine has
+        nbytes = math.prod(sizes) * torch.empty((), dtype=dtype).element_size()
+        raise MemoryError(f"{_op(key)}: cannot allocate {name} of shape {tuple(sizes)} and dtype "
+                          f"{_DTYPE_NAMES[dtype]} ({nbytes} bytes)") from None
 
 
 # --- the operators on plain tensors (the CPU kernels of torch.ops.moegrad.*) ----------------------------
 
-def _call(op, tensors, **attrs):
-    """Runs _C.<op>: `tensors` and `attrs` by the names of the operator's description (_C.OPS[op], the library's
-    OpInfo), absent tensors None."""
-    tensor_names, attr_names = _C.OPS[op]
-    unknown = (set(tensors) - set(tensor_names)) | (set(attrs) - set(attr_names))
+def _run(key, tensors, attrs):
+    """Runs _C.<key> with `tensors` (inputs) and `attrs` by the names of the operator's description (_C.OPS[key],
+    the library's OpInfo), absent tensors None: phase one's output query first (every rule; ValueError with the
+    library's message), then the outputs it reports allocated, then the call. Returns {output name: tensor, or
+    None where the call writes none}."""
+    tensor_names, attr_names = _C.OPS[key]
+    unknown = (set(tensors) - set(_C.INFO[key]["inputs"])) | (set(attrs) ^ set(attr_names))
     if unknown:
-        raise TypeError(f"moegrad: {op} has no argument {sorted(unknown)[0]}")
-    getattr(_C, op)([_desc(tensors.get(n), n) for n in tensor_names], [int(attrs[n]) for n in attr_names])
+        raise TypeError(f"moegrad: {key}: unknown or missing argument {sorted(unknown)[0]}")
+    inputs = _C.INFO[key]["inputs"]
+    descs = [_desc(key, n, tensors.get(n)) if n in inputs else None for n in tensor_names]
+    values = [int(_attr(key, n, attrs[n])) for n in attr_names]
+    outputs = {n: _empty(key, n, spec) for n, spec in getattr(_C, key + "_outputs")(descs, values).items()}
+    descs = [_desc(key, n, outputs[n]) if n in outputs else d for n, d in zip(tensor_names, descs)]
+    getattr(_C, key)(descs, values)
+    return outputs
 
 
 def _permute(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False):
-    t_num, hidden, e_num = _dim(tokens, 0), _dim(tokens, 1), _dim(routing_map, 1)
+    key = "token_permute_with_routing_map"
+    tensors = dict(tokens=tokens, routingMap=routing_map, probs=probs)
+    _check(key, tensors, {})
     if num_out_tokens is None:
         if drop_and_pad:
-            raise ValueError("moe_token_permute_with_routing_map: num_out_tokens is required with drop_and_pad")
-        num_out_tokens = int(torch.count_nonzero(routing_map)) if isinstance(routing_map, torch.Tensor) else 0
-    num_out_tokens = int(num_out_tokens)
-    # Output rows as the operator defines them: T*K (K = numOutTokens / T) or E*C (C = numOutTokens / E).
-    groups = e_num if drop_and_pad else t_num
-    rows = groups * (num_out_tokens // groups) if groups > 0 and num_out_tokens >= 0 else 0
-    permuted = torch.empty((rows, hidden), dtype=tokens.dtype)
-    permuted_probs = torch.empty((rows,), dtype=probs.dtype) if probs is not None else None
-    sorted_indices = torch.empty((rows,), dtype=torch.int32)
-    _call("token_permute_with_routing_map",
-          dict(tokens=tokens, routingMap=routing_map, probs=probs, permuteTokensOut=permuted,
-               permuteProbsOut=permuted_probs, sortedIndicesOut=sorted_indices),
-          numOutTokens=num_out_tokens, dropAndPad=drop_and_pad)
-    return permuted, permuted_probs, sorted_indices
+            raise ValueError(f"{_op(key)}: num_out_tokens is required with drop_and_pad")
+        num_out_tokens = int(torch.count_nonzero(routing_map))  # dropless: every routed entry is an output row
+    out = _run(key, tensors, dict(numOutTokens=num_out_tokens, dropAndPad=drop_and_pad))
+    return out["permuteTokensOut"], out["permuteProbsOut"], out["sortedIndicesOut"]
 
 
 def _permute_grad(permuted_token_output_grad, sorted_indices, num_experts, tokens_num, drop_and_pad=False,
                   permuted_probs_output_grad=None, routing_map=None):
-    g = permuted_token_output_grad
-    tokens_grad = torch.empty((max(int(tokens_num), 0), _dim(g, 1)), dtype=g.dtype)
-    probs_grad = None
-    if permuted_probs_output_grad is not None:
-        probs_grad = torch.empty((max(int(tokens_num), 0), max(int(num_experts), 0)),
-                                 dtype=permuted_probs_output_grad.dtype)
-    _call("token_permute_with_routing_map_grad",
-          dict(permutedTokenOutputGrad=g, permutedProbsOutputGrad=permuted_probs_output_grad,
-               sortedIndices=sorted_indices, routingMap=routing_map, tokensGradOut=tokens_grad,
-               probsGradOut=probs_grad),
-          numExperts=num_experts, tokensNum=tokens_num, dropAndPad=drop_and_pad)
-    return tokens_grad, probs_grad
-
-
-def _combine_tokens(expanded_row_idx, x1, x2, scales, expert_idx):
-    """R of the combine: from the first (R, ...) tensor given; with none of them K = 1, so R = R*K."""
-    for t in (scales, x1, x2, expert_idx):
-        if t is not None and t.dim() >= 1:
-            return t.shape[0]
-    return expanded_row_idx.numel()
+    out = _run("token_permute_with_routing_map_grad",
+               dict(permutedTokenOutputGrad=permuted_token_output_grad,
+                    permutedProbsOutputGrad=permuted_probs_output_grad, sortedIndices=sorted_indices,
+                    routingMap=routing_map),
+               dict(numExperts=num_experts, tokensNum=tokens_num, dropAndPad=drop_and_pad))
+    return out["tokensGradOut"], out["probsGradOut"]
 
 
 def _finalize(expanded_x, expanded_row_idx, x1=None, x2=None, bias=None, scales=None, expert_idx=None,
               drop_pad_mode=0):
-    rows = _combine_tokens(expanded_row_idx, x1, x2, scales, expert_idx)
-    out = torch.empty((rows, _dim(expanded_x, expanded_x.dim() - 1)), dtype=expanded_x.dtype)
-    _call("finalize_routing_v2",
-          dict(expandedX=expanded_x, expandedRowIdx=expanded_row_idx, x1=x1, x2=x2, bias=bias, scales=scales,
-               expertIdx=expert_idx, out=out),
-          dropPadMode=drop_pad_mode)
-    return out
+    return _run("finalize_routing_v2",
+                dict(expandedX=expanded_x, expandedRowIdx=expanded_row_idx, x1=x1, x2=x2, bias=bias, scales=scales,
+                     expertIdx=expert_idx),
+                dict(dropPadMode=drop_pad_mode))["out"]
 
 
 def _finalize_grad(grad_y, expanded_row_idx, expanded_x=None, scales=None, expert_idx=None, bias=None,
                    drop_pad_mode=0, active_num=0, expert_num=0, expert_capacity=0):
-    rows, hidden = _dim(grad_y, 0), _dim(grad_y, 1)
-    if scales is not None:
-        topk = _dim(scales, 1)
-    else:
-        topk = expanded_row_idx.numel() // rows if rows > 0 else 0
-    if expanded_x is not None:
-        shape = tuple(expanded_x.shape)
-    elif drop_pad_mode == 1:
-        shape = (max(int(expert_num), 0), max(int(expert_capacity), 0), hidden)
-    else:
-        pairs = rows * topk
-        shape = (int(active_num) if 0 < active_num < pairs else pairs, hidden)
-    grad_x = torch.empty(shape, dtype=grad_y.dtype)
-    grad_scales = torch.empty((rows, topk), dtype=grad_y.dtype) if scales is not None else None
-    _call("finalize_routing_v2_grad",
-          dict(gradY=grad_y, expandedRowIdx=expanded_row_idx, expandedX=expanded_x, scales=scales,
-               expertIdx=expert_idx, bias=bias, gradExpandedXOut=grad_x, gradScalesOut=grad_scales),
-          dropPadMode=drop_pad_mode, activeNum=active_num, expertNum=expert_num, expertCapacity=expert_capacity)
-    return grad_x, grad_scales
+    out = _run("finalize_routing_v2_grad",
+               dict(gradY=grad_y, expandedRowIdx=expanded_row_idx, expandedX=expanded_x, scales=scales,
+                    expertIdx=expert_idx, bias=bias),
+               dict(dropPadMode=drop_pad_mode, activeNum=active_num, expertNum=expert_num,
+                    expertCapacity=expert_capacity))
+    return out["gradExpandedXOut"], out["gradScalesOut"]
+
+
+# --- not differentiable -----------------------------------------------------------------------------------
+
+class _NotDifferentiable(torch.autograd.Function):
+    """Hands `results` on unchanged; a backward through any of them raises RuntimeError(message)."""
+
+    @staticmethod
+    def forward(ctx, message, results, *depends_on):
+        ctx.message = message
+        return results
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(ctx.message)
+
+
+def _not_differentiable(message, results, depends_on):
+    """`results` (a tuple, None entries allowed), computed without autograd from `depends_on`: as they are when
+    none of those requires grad (or grad mode is off), else behind a node whose backward raises `message`, so
+    that differentiating them fails with one clear line instead of silently treating them as constants."""
+    needing = [t for t in depends_on if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not needing or not torch.is_grad_enabled():
+        return results
+    return _NotDifferentiable.apply(message, tuple(results), *needing)
+
+
+def _double_backward_message(key, function):
+    return f"{_op(key)}: the gradients of {function} are not differentiable (double backward is not supported)"
 
 
 # --- autograd ---------------------------------------------------------------------------------------------
@@ -151,18 +223,21 @@ class _PermuteFunction(torch.autograd.Function):
         return permuted, permuted_probs, sorted_indices
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_permuted, grad_permuted_probs, _grad_sorted_indices):
         sorted_indices, routing_map = ctx.saved_tensors
         tokens_num, num_experts, hidden = ctx.shape
         want_probs = ctx.has_probs and ctx.needs_input_grad[2]
-        if tokens_num == 0 or num_experts == 0:  # nothing was routed; the operator needs T, E > 0
-            tokens_grad = grad_permuted.new_zeros((tokens_num, hidden))
-            probs_grad = grad_permuted_probs.new_zeros((tokens_num, num_experts)) if want_probs else None
-        else:
-            tokens_grad, probs_grad = _permute_grad(
-                grad_permuted, sorted_indices, num_experts, tokens_num, ctx.drop_and_pad,
-                grad_permuted_probs if want_probs else None, routing_map if want_probs else None)
+        with torch.no_grad():
+            if tokens_num == 0 or num_experts == 0:  # nothing was routed; the operator needs T, E > 0
+                tokens_grad = grad_permuted.new_zeros((tokens_num, hidden))
+                probs_grad = grad_permuted_probs.new_zeros((tokens_num, num_experts)) if want_probs else None
+            else:
+                tokens_grad, probs_grad = _permute_grad(
+                    grad_permuted, sorted_indices, num_experts, tokens_num, ctx.drop_and_pad,
+                    grad_permuted_probs if want_probs else None, routing_map if want_probs else None)
+        tokens_grad, probs_grad = _not_differentiable(
+            _double_backward_message("token_permute_with_routing_map_grad", "moe_token_permute_with_routing_map"),
+            (tokens_grad, probs_grad), (grad_permuted, grad_permuted_probs))
         return (tokens_grad if ctx.needs_input_grad[0] else None), None, probs_grad, None, None
 
 
@@ -175,35 +250,45 @@ class _FinalizeFunction(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_y):
         expanded_x, idx, bias, scales, expert_idx = ctx.saved_tensors
         need_x, _, need_x1, need_x2, need_bias, need_scales = ctx.needs_input_grad[:6]
         need_scales = need_scales and scales is not None
-        rows, hidden = grad_y.shape
-        topk = scales.shape[1] if scales is not None else (idx.numel() // rows if rows else 0)
-        mode = ctx.drop_pad_mode
-        grad_x = grad_scales = grad_bias = None
-        if need_x or need_scales:
-            if mode in (0, 1) and rows * topk > 0:
-                # Forward modes 0/1 pair p = k*R + r; the gradient operator wants token-major i = r*K + k.
-                idx = idx.reshape(topk, rows).t().contiguous().view(-1)
-            drop_pad = mode % 2 == 1
-            experts, capacity = (expanded_x.shape[0], expanded_x.shape[1]) if drop_pad else (0, 0)
-            if rows == 0 or (drop_pad and experts * capacity == 0):
-                grad_x, grad_scales = _finalize_grad_without_rows(grad_y, expanded_x, bias, scales, expert_idx)
-            else:
-                grad_x, grad_scales = _finalize_grad(
-                    grad_y, idx, expanded_x, scales, expert_idx if scales is not None else None,
-                    bias if scales is not None else None, 1 if drop_pad else 0, 0, experts, capacity)
-        if need_bias:
-            # Not an operator output: grad_bias[e] = sum over pairs with expert e of s * gradY[r], in fp32.
-            weight = scales.float() if scales is not None else grad_y.new_ones((rows, topk), dtype=torch.float32)
-            contrib = (weight.unsqueeze(-1) * grad_y.float().unsqueeze(1)).reshape(-1, hidden)
-            grad_bias = torch.zeros(bias.shape, dtype=torch.float32).index_add_(
-                0, expert_idx.reshape(-1).long(), contrib).to(bias.dtype)
+        with torch.no_grad():
+            grad_x, grad_scales, grad_bias = _finalize_backward(grad_y, expanded_x, idx, bias, scales, expert_idx,
+                                                                ctx.drop_pad_mode, need_x, need_bias, need_scales)
+        grad_x, grad_scales, grad_bias = _not_differentiable(
+            _double_backward_message("finalize_routing_v2_grad", "moe_finalize_routing_v2"),
+            (grad_x, grad_scales, grad_bias), (grad_y, expanded_x, bias, scales))
+        # x1 and x2 get grad_y itself, which stays as differentiable as it is.
         return (grad_x if need_x else None, None, grad_y if need_x1 else None, grad_y if need_x2 else None,
                 grad_bias, grad_scales if need_scales else None, None, None)
+
+
+def _finalize_backward(grad_y, expanded_x, idx, bias, scales, expert_idx, mode, need_x, need_bias, need_scales):
+    """(grad_x, grad_scales, grad_bias) of the combine, each None where not needed."""
+    rows, hidden = grad_y.shape
+    topk = scales.shape[1] if scales is not None else (idx.numel() // rows if rows else 0)
+    grad_x = grad_scales = grad_bias = None
+    if need_x or need_scales:
+        if mode in (0, 1) and rows * topk > 0:
+            # Forward modes 0/1 pair p = k*R + r; the gradient operator wants token-major i = r*K + k.
+            idx = idx.reshape(topk, rows).t().contiguous().view(-1)
+        drop_pad = mode % 2 == 1
+        experts, capacity = (expanded_x.shape[0], expanded_x.shape[1]) if drop_pad else (0, 0)
+        if rows == 0 or (drop_pad and experts * capacity == 0):
+            grad_x, grad_scales = _finalize_grad_without_rows(grad_y, expanded_x, bias, scales, expert_idx)
+        else:
+            grad_x, grad_scales = _finalize_grad(
+                grad_y, idx, expanded_x, scales, expert_idx if scales is not None else None,
+                bias if scales is not None else None, 1 if drop_pad else 0, 0, experts, capacity)
+    if need_bias:
+        # Not an operator output: grad_bias[e] = sum over pairs with expert e of s * gradY[r], in fp32.
+        weight = scales.float() if scales is not None else grad_y.new_ones((rows, topk), dtype=torch.float32)
+        contrib = (weight.unsqueeze(-1) * grad_y.float().unsqueeze(1)).reshape(-1, hidden)
+        grad_bias = torch.zeros(bias.shape, dtype=torch.float32).index_add_(
+            0, expert_idx.reshape(-1).long(), contrib).to(bias.dtype)
+    return grad_x, grad_scales if need_scales else None, grad_bias
 
 
 def _finalize_grad_without_rows(grad_y, expanded_x, bias, scales, expert_idx):
@@ -226,6 +311,27 @@ def _finalize_autograd(expanded_x, expanded_row_idx, x1=None, x2=None, bias=None
     return _FinalizeFunction.apply(expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx, drop_pad_mode)
 
 
+def _grad_op_outputs_message(key, function):
+    return f"{_op(key)}: the outputs of {function} are not differentiable"
+
+
+def _finalize_grad_autograd(grad_y, expanded_row_idx, expanded_x=None, scales=None, expert_idx=None, bias=None,
+                            drop_pad_mode=0, active_num=0, expert_num=0, expert_capacity=0):
+    results = _finalize_grad(grad_y, expanded_row_idx, expanded_x, scales, expert_idx, bias, drop_pad_mode,
+                             active_num, expert_num, expert_capacity)
+    return _not_differentiable(_grad_op_outputs_message("finalize_routing_v2_grad", "moe_finalize_routing_v2_grad"),
+                               results, (grad_y, expanded_x, scales, bias))
+
+
+def _permute_grad_autograd(permuted_token_output_grad, sorted_indices, num_experts, tokens_num, drop_and_pad=False,
+                           permuted_probs_output_grad=None, routing_map=None):
+    results = _permute_grad(permuted_token_output_grad, sorted_indices, num_experts, tokens_num, drop_and_pad,
+                            permuted_probs_output_grad, routing_map)
+    return _not_differentiable(
+        _grad_op_outputs_message("token_permute_with_routing_map_grad", "moe_token_permute_with_routing_map_grad"),
+        results, (permuted_token_output_grad, permuted_probs_output_grad))
+
+
 # --- torch.ops.moegrad.* ----------------------------------------------------------------------------------
 
 _SCHEMAS = {
@@ -244,12 +350,12 @@ _SCHEMAS = {
         "bool drop_and_pad=False, Tensor? permuted_probs_output_grad=None, Tensor? routing_map=None) "
         "-> (Tensor, Tensor?)",
 }
-# name -> (CPU kernel, Autograd kernel or None)
+# name -> (CPU kernel, Autograd kernel)
 _KERNELS = {
     "moe_token_permute_with_routing_map": (_permute, _permute_autograd),
     "moe_finalize_routing_v2": (_finalize, _finalize_autograd),
-    "moe_finalize_routing_v2_grad": (_finalize_grad, None),
-    "moe_token_permute_with_routing_map_grad": (_permute_grad, None),
+    "moe_finalize_routing_v2_grad": (_finalize_grad, _finalize_grad_autograd),
+    "moe_token_permute_with_routing_map_grad": (_permute_grad, _permute_grad_autograd),
 }
 
 
@@ -261,8 +367,7 @@ def _register():
             lib.define(name + schema)
             cpu, autograd = _KERNELS[name]
             lib.impl(name, cpu, "CPU")
-            if autograd is not None:
-                lib.impl(name, autograd, "Autograd")
+            lib.impl(name, autograd, "Autograd")
         return lib, None
     except (RuntimeError, AttributeError, ValueError) as e:  # e.g. the namespace is taken already
         return None, e
@@ -270,11 +375,13 @@ def _register():
 
 _LIBRARY, REGISTRATION_ERROR = _register()
 # The public functions go through the dispatcher when registration worked, otherwise straight to Python.
-_ENTRY = {name: (getattr(torch.ops.moegrad, name) if _LIBRARY is not None else (auto or cpu))
+_ENTRY = {name: (getattr(torch.ops.moegrad, name) if _LIBRARY is not None else auto)
           for name, (cpu, auto) in _KERNELS.items()}
 
 
 # --- public API -------------------------------------------------------------------------------------------
+# Each function checks its arguments' Python types and converts its attributes (_check) before the dispatcher's
+# schema parsing sees them; the kernel then runs the library's output query, allocates and calls.
 
 def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False):
     """Dispatch: copies the rows of tokens (T, H) into expert-major order as routed by routing_map (T, E).
@@ -282,10 +389,12 @@ def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_
     Returns (permuted_tokens (N, H), permuted_probs (N) or None, sorted_indices (N) INT32). Dropless:
     num_out_tokens defaults to the routed entries, every token routed to the same K experts, N = T*K.
     drop_and_pad: num_out_tokens is required, capacity C = num_out_tokens / E, N = E*C. Differentiable in
-    tokens and probs (MoeTokenPermuteWithRoutingMapGrad).
+    tokens and probs (MoeTokenPermuteWithRoutingMapGrad), once.
     """
-    return _ENTRY["moe_token_permute_with_routing_map"](tokens, routing_map, probs, num_out_tokens,
-                                                          bool(drop_and_pad))
+    a = _check("token_permute_with_routing_map", dict(tokens=tokens, routingMap=routing_map, probs=probs),
+               dict(numOutTokens=num_out_tokens, dropAndPad=drop_and_pad), may_be_none=("numOutTokens",))
+    return _ENTRY["moe_token_permute_with_routing_map"](tokens, routing_map, probs, a["numOutTokens"],
+                                                          a["dropAndPad"])
 
 
 def moe_finalize_routing_v2(expanded_x, expanded_row_idx, x1=None, x2=None, bias=None, scales=None,
@@ -294,21 +403,31 @@ def moe_finalize_routing_v2(expanded_x, expanded_row_idx, x1=None, x2=None, bias
 
     Pair order p = k*R + r in modes 0/1, r*K + k in modes 2/3; modes 1/3 read expanded_x as (E, C, H) and
     skip index -1. R comes from scales, x1, x2 or expert_idx (with none of them K = 1). Differentiable in
-    expanded_x, scales, bias, x1 and x2 (MoeFinalizeRoutingV2Grad; the bias gradient with torch ops).
+    expanded_x, scales, bias, x1 and x2 (MoeFinalizeRoutingV2Grad; the bias gradient with torch ops), once.
     """
+    a = _check("finalize_routing_v2",
+               dict(expandedX=expanded_x, expandedRowIdx=expanded_row_idx, x1=x1, x2=x2, bias=bias, scales=scales,
+                    expertIdx=expert_idx),
+               dict(dropPadMode=drop_pad_mode))
     return _ENTRY["moe_finalize_routing_v2"](expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx,
-                                               int(drop_pad_mode))
+                                               a["dropPadMode"])
 
 
 def moe_finalize_routing_v2_grad(grad_y, expanded_row_idx, expanded_x=None, scales=None, expert_idx=None,
                                  bias=None, drop_pad_mode=0, active_num=0, expert_num=0, expert_capacity=0):
     """The operator MoeFinalizeRoutingV2Grad (token-major pairs i = r*K + k; mode 0 dropless, 1 drop/pad).
 
-    Returns (grad_expanded_x, grad_scales or None); grad_scales is computed when scales is given.
+    Returns (grad_expanded_x, grad_scales or None); grad_scales is computed when scales is given. The outputs
+    are not differentiable.
     """
+    a = _check("finalize_routing_v2_grad",
+               dict(gradY=grad_y, expandedRowIdx=expanded_row_idx, expandedX=expanded_x, scales=scales,
+                    expertIdx=expert_idx, bias=bias),
+               dict(dropPadMode=drop_pad_mode, activeNum=active_num, expertNum=expert_num,
+                    expertCapacity=expert_capacity))
     return _ENTRY["moe_finalize_routing_v2_grad"](grad_y, expanded_row_idx, expanded_x, scales, expert_idx, bias,
-                                                    int(drop_pad_mode), int(active_num), int(expert_num),
-                                                    int(expert_capacity))
+                                                    a["dropPadMode"], a["activeNum"], a["expertNum"],
+                                                    a["expertCapacity"])
 
 
 def moe_token_permute_with_routing_map_grad(permuted_token_output_grad, sorted_indices, num_experts, tokens_num,
@@ -316,9 +435,14 @@ def moe_token_permute_with_routing_map_grad(permuted_token_output_grad, sorted_i
     """The operator MoeTokenPermuteWithRoutingMapGrad.
 
     Returns (tokens_grad (T, H), probs_grad (T, E) or None); probs_grad is computed when
-    permuted_probs_output_grad is given (dropless mode then needs routing_map).
+    permuted_probs_output_grad is given (dropless mode then needs routing_map). The outputs are not
+    differentiable.
     """
+    a = _check("token_permute_with_routing_map_grad",
+               dict(permutedTokenOutputGrad=permuted_token_output_grad,
+                    permutedProbsOutputGrad=permuted_probs_output_grad, sortedIndices=sorted_indices,
+                    routingMap=routing_map),
+               dict(numExperts=num_experts, tokensNum=tokens_num, dropAndPad=drop_and_pad))
     return _ENTRY["moe_token_permute_with_routing_map_grad"](permuted_token_output_grad, sorted_indices,
-                                                               int(num_experts), int(tokens_num),
-                                                               bool(drop_and_pad), permuted_probs_output_grad,
-                                                               routing_map)
+                                                               a["numExperts"], a["tokensNum"], a["dropAndPad"],
+                                                               permuted_probs_output_grad, routing_map)

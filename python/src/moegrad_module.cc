@@ -5,8 +5,10 @@
 // caller. Every rule is the library's; the only checks here are those a TensorView cannot express.
 //
 // Each operator is one function, named after its command-line key in snake case (OpInfo<Args>::kKey), taking
-// its tensors (None where absent) and its attributes as two lists in the order of OpInfo<Args>; _C.OPS maps each
-// name to those two lists of names.
+// its tensors (None where absent) and its attributes as two lists in the order of OpInfo<Args>, and one more,
+// <name>_outputs, its output query (the outputs' shapes and dtypes, or the library's error, before the outputs
+// exist); _C.OPS maps each name to those two lists of names, _C.INFO to its CANN name, inputs, outputs, required
+// tensors and boolean attributes.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -64,40 +66,89 @@ void RunReleased(Fn&& call) {
   if (!status.ok()) throw py::value_error(status.message());
 }
 
-// _C.<name>(tensors, attrs) for the operator described by `info`.
+// The C++ arguments of a call of the operator of `Args`: `tensors` (None where absent) and `attrs` in the order
+// of its OpInfo. A required tensor that is None fails with the library's NULLPTR message (the one aclnn gives
+// for a null tensor) as ValueError; `query` (the output query) leaves the outputs out, given or not.
 template <typename Args>
-void DefineOperator(py::module_& m, py::dict& ops, moegrad::OpInfo<Args> info) {
+Args ToArgs(const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs, bool query) {
+  using Info = moegrad::OpInfo<Args>;
+  constexpr size_t kTensors = std::size(Info::kTensors), kAttrs = std::size(Info::kAttrs);
+  if (tensors.size() != kTensors || attrs.size() != kAttrs) {
+    throw py::value_error(std::string(Info::kName) + ": takes " + std::to_string(kTensors) + " tensors and " +
+                          std::to_string(kAttrs) + " attributes, got " + std::to_string(tensors.size()) + " and " +
+                          std::to_string(attrs.size()));
+  }
+  Args a;
+  for (size_t i = 0; i < kTensors; ++i) {
+    const moegrad::TensorArg<Args>& arg = Info::kTensors[i];
+    if (query && arg.role == moegrad::ArgRole::kOutput) continue;
+    if (!tensors[i] && !arg.is_optional()) {
+      throw py::value_error(std::string(Info::kName) + ": " + arg.name + " is required but is null");
+    }
+    const std::optional<moegrad::TensorView> v = ToView(tensors[i], arg.name);
+    arg.Set(a, v ? &*v : nullptr);
+  }
+  for (size_t i = 0; i < kAttrs; ++i) Info::kAttrs[i].Set(a, attrs[i]);
+  return a;
+}
+
+// For the operator described by `info`: _C.<name>(tensors, attrs), the call, and _C.<name>_outputs(tensors,
+// attrs), its output query: {output name: (dtype code, sizes), or None when the call does not write it}, or
+// ValueError with the library's message. _C.OPS[name] and _C.INFO[name] describe it.
+template <typename Args>
+void DefineOperator(py::module_& m, py::dict& ops, py::dict& infos, moegrad::OpInfo<Args> info) {
   using Info = decltype(info);
   std::string name = Info::kKey;
   for (char& ch : name) ch = ch == '-' ? '_' : ch;
-  py::list tensor_names, attr_names;
-  for (const auto& t : Info::kTensors) tensor_names.append(t.name);
-  for (const auto& a : Info::kAttrs) attr_names.append(a.name);
+  py::list tensor_names, attr_names, inputs, outputs, required, flags;
+  for (const auto& t : Info::kTensors) {
+    tensor_names.append(t.name);
+    (t.role == moegrad::ArgRole::kInput ? inputs : outputs).append(t.name);
+    if (!t.is_optional()) required.append(t.name);
+  }
+  for (const auto& a : Info::kAttrs) {
+    attr_names.append(a.name);
+    if (a.flag != nullptr) flags.append(a.name);
+  }
   ops[py::str(name)] = py::make_tuple(tensor_names, attr_names);
+  py::dict d;
+  d["name"] = Info::kName;
+  d["inputs"] = inputs;
+  d["outputs"] = outputs;
+  d["required"] = required;
+  d["flags"] = flags;
+  infos[py::str(name)] = d;
   m.def(
       name.c_str(),
       [](const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs) {
-        constexpr size_t kTensors = std::size(Info::kTensors), kAttrs = std::size(Info::kAttrs);
-        if (tensors.size() != kTensors || attrs.size() != kAttrs) {
-          throw py::value_error(std::string(Info::kName) + ": takes " + std::to_string(kTensors) + " tensors and " +
-                                std::to_string(kAttrs) + " attributes, got " + std::to_string(tensors.size()) +
-                                " and " + std::to_string(attrs.size()));
-        }
-        Args a;
-        for (size_t i = 0; i < kTensors; ++i) {
-          const moegrad::TensorArg<Args>& arg = Info::kTensors[i];
-          if (!tensors[i] && !arg.is_optional()) {
-            throw py::value_error(std::string(Info::kName) + ": " + arg.name + " is required but is None");
-          }
-          const std::optional<moegrad::TensorView> v = ToView(tensors[i], arg.name);
-          arg.Set(a, v ? &*v : nullptr);
-        }
-        for (size_t i = 0; i < kAttrs; ++i) Info::kAttrs[i].Set(a, attrs[i]);
+        const Args a = ToArgs<Args>(tensors, attrs, false);
         RunReleased([&] { return Info::kRun(a); });
       },
       py::arg("tensors"), py::arg("attrs"),
       (std::string(Info::kName) + " through the C++ API: tensors and attributes in the order of _C.OPS['" + name +
        "']").c_str());
+  m.def(
+      (name + "_outputs").c_str(),
+      [](const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs) {
+        const Args a = ToArgs<Args>(tensors, attrs, true);
+        std::vector<moegrad::OutputSpec> specs;
+        const moegrad::Status status = Info::kInfer(a, &specs);
+        if (!status.ok()) throw py::value_error(status.message());
+        py::dict result;
+        for (const moegrad::OutputSpec& spec : specs) {
+          if (!spec.written) {
+            result[spec.name] = py::none();
+            continue;
+          }
+          py::tuple sizes(spec.rank);
+          for (int d = 0; d < spec.rank; ++d) sizes[d] = spec.sizes[d];
+          result[spec.name] = py::make_tuple(static_cast<int32_t>(spec.dtype), sizes);
+        }
+        return result;
+      },
+      py::arg("tensors"), py::arg("attrs"),
+      (std::string(Info::kName) + "'s output query (phase one without the outputs; their entries in tensors are "
+       "ignored): {output: (dtype code, sizes) or None when not written}").c_str());
 }
 
 }  // namespace
@@ -122,7 +173,8 @@ PYBIND11_MODULE(_C, m) {
     moegrad::SetNumThreads(n);
   }, py::arg("n"));
 
-  py::dict ops;
-  moegrad::ForEachOp([&](auto info) { DefineOperator(m, ops, info); });
+  py::dict ops, infos;
+  moegrad::ForEachOp([&](auto info) { DefineOperator(m, ops, infos, info); });
   m.attr("OPS") = ops;
+  m.attr("INFO") = infos;
 }

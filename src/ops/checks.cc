@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 namespace moegrad::ops {
@@ -220,6 +221,54 @@ Status ArgChecker::NoSelfOverlap(const TensorView& out, const char* name) const 
     }
     span += out.strides[d] * (out.sizes[d] - 1);
   }
+  return Status::Ok();
+}
+
+Status ArgChecker::Output(const TensorView* t, const char* name, std::initializer_list<int64_t> want,
+                          const TensorView& like, const char* like_name) const {
+  MOEGRAD_RETURN_IF_ERROR(OutputShape(t, name, want, like.dtype));
+  return querying() ? Status::Ok() : SameDType(*t, name, like, like_name);
+}
+
+Status ArgChecker::Output(const TensorView* t, const char* name, std::initializer_list<int64_t> want,
+                          DType dtype) const {
+  MOEGRAD_RETURN_IF_ERROR(OutputShape(t, name, want, dtype));
+  return querying() ? Status::Ok() : DTypeIs(*t, name, dtype);
+}
+
+Status ArgChecker::OutputShape(const TensorView* t, const char* name, std::initializer_list<int64_t> want,
+                               DType dtype) const {
+  if (querying()) return Report(name, want, dtype);
+  if (t == nullptr) return Fail(StatusCode::kInner, "%s is checked but was not required", name);
+  return Shape(*t, name, want);
+}
+
+// The counts WellFormed checks of a contiguous view of `sizes`: its extent is its element count.
+Status ArgChecker::Report(const char* name, std::initializer_list<int64_t> sizes, DType dtype) const {
+  OutputSpec* spec = nullptr;
+  for (OutputSpec& s : *outputs_) {
+    if (std::strcmp(s.name, name) == 0) spec = &s;
+  }
+  if (spec == nullptr || spec->written || sizes.size() > static_cast<size_t>(TensorView::kMaxRank)) {
+    return Fail(StatusCode::kInner, "the output query cannot report %s", name);
+  }
+  int64_t numel = 1;
+  for (int64_t size : sizes) {
+    if (size < 0) return Fail(StatusCode::kInner, "the output query found a negative size of %s", name);
+    if (__builtin_mul_overflow(size, numel, &numel)) {
+      return Fail(StatusCode::kInvalid, "%s of shape %s overflows 64-bit element offsets", name,
+                  ShapeString(sizes).text);
+    }
+  }
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(numel, static_cast<int64_t>(ElementSize(dtype)), &bytes)) {
+    return Fail(StatusCode::kInvalid, "%s of shape %s overflows 64-bit byte offsets", name, ShapeString(sizes).text);
+  }
+  spec->written = true;
+  spec->dtype = dtype;
+  spec->rank = static_cast<int>(sizes.size());
+  int d = 0;
+  for (int64_t size : sizes) spec->sizes[d++] = size;
   return Status::Ok();
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <vector>
 
 #include "moegrad/op_info.hpp"
 #include "moegrad/tensor.hpp"
@@ -30,13 +31,24 @@ core::RowView Rows2D(const TensorView& t);
 core::RowView Rows3D(const TensorView& t);
 core::FlatView Flat(const TensorView& t);
 
+// The checks of one phase one, or of one output query (`outputs` not null: phase one without the outputs, which
+// reports them instead of checking them). The operator's Plan is the same code for both: its outputs are
+// checked only by OutputRequired, Tensors, Output / OutputShape and through Given, and after the last of them it
+// ends a query with OutputsReported.
 class ArgChecker {
  public:
-  explicit ArgChecker(const char* op) : op_(op) {}
+  explicit ArgChecker(const char* op, std::vector<OutputSpec>* outputs = nullptr) : op_(op), outputs_(outputs) {}
   const char* op() const { return op_; }
+  // True in an output query.
+  bool querying() const { return outputs_ != nullptr; }
 
   // NULLPTR when a required tensor is missing.
   Status Required(const TensorView* t, const char* name) const;
+  // Required for an output (e.g. "gradScalesOut (required with scales)"); an output query has no outputs to
+  // require.
+  Status OutputRequired(const TensorView* t, const char* name) const {
+    return querying() ? Status::Ok() : Required(t, name);
+  }
   // Sizes and strides non-negative, known dtype, byte extent representable in 64 bits.
   Status WellFormed(const TensorView& t, const char* name) const;
   Status Rank(const TensorView& t, const char* name, int rank) const;
@@ -70,12 +82,20 @@ class ArgChecker {
                        int64_t k_if_empty, int64_t* K) const;
 
   // Every tensor of the call WellFormed, in the order of OpInfo<Args>::kTensors, and all on one device, which
-  // `device` receives (the host when the call has no tensor).
+  // `device` receives (the host when the call has no tensor). An output query skips the outputs, and starts
+  // its report: one unwritten entry per output, in kTensors order, for Output to fill.
   template <typename Args>
   Status Tensors(const Args& a, core::Device* device) const {
     const TensorView* first = nullptr;
     const char* first_name = "";
+    if (querying()) outputs_->clear();
     for (const TensorArg<Args>& arg : OpInfo<Args>::kTensors) {
+      if (querying() && arg.role == ArgRole::kOutput) {
+        OutputSpec spec;
+        spec.name = arg.name;
+        outputs_->push_back(spec);
+        continue;
+      }
       const TensorView* t = arg.Get(a);
       if (t == nullptr) continue;
       MOEGRAD_RETURN_IF_ERROR(WellFormed(*t, arg.name));
@@ -89,6 +109,35 @@ class ArgChecker {
       }
     }
     *device = first != nullptr ? CoreDevice(first->device) : core::Device::kHost;
+    return Status::Ok();
+  }
+
+  // An output the call writes, after every rule on the inputs: its shape is `want` and its dtype `dtype`.
+  // Checked in a phase one: the shape as Shape checks it, the dtype as SameDType(t, name, like, like_name)
+  // does when `like_name` is given (a float output: the call's one float dtype, that of `like`), else as
+  // DTypeIs. Reported in an output query (`t` is not read), with INVALID when its element or byte count does
+  // not fit in int64, as WellFormed says of a view of that shape.
+  Status Output(const TensorView* t, const char* name, std::initializer_list<int64_t> want, const TensorView& like,
+                const char* like_name) const;
+  Status Output(const TensorView* t, const char* name, std::initializer_list<int64_t> want, DType dtype) const;
+  // Output's shape half, for an output whose dtype (`dtype`, as reported) a phase one checks later among the
+  // call's other float tensors (through Given), where the operator's error table has it.
+  Status OutputShape(const TensorView* t, const char* name, std::initializer_list<int64_t> want, DType dtype) const;
+  // An output for a phase one's later checks: `t`, or null in an output query, which has no outputs.
+  const TensorView* Given(const TensorView* t) const { return querying() ? nullptr : t; }
+
+  // The end of an output query: every output that OpInfo<Args> says the call writes (TensorArg::WrittenBy) has
+  // been reported by Output, and no other (INNER otherwise: the operator's Plan and its OpInfo disagree).
+  template <typename Args>
+  Status OutputsReported(const Args& a) const {
+    size_t i = 0;
+    for (const TensorArg<Args>& arg : OpInfo<Args>::kTensors) {
+      if (arg.role != ArgRole::kOutput) continue;
+      if (i >= outputs_->size() || (*outputs_)[i].written != arg.WrittenBy(a)) {
+        return Fail(StatusCode::kInner, "the output query reported %s wrongly", arg.name);
+      }
+      ++i;
+    }
     return Status::Ok();
   }
 
@@ -114,7 +163,10 @@ class ArgChecker {
   __attribute__((format(printf, 3, 4))) Status Fail(StatusCode code, const char* fmt, ...) const;
 
  private:
+  Status Report(const char* name, std::initializer_list<int64_t> sizes, DType dtype) const;
+
   const char* op_;
+  std::vector<OutputSpec>* outputs_;  // the output query's report; null in a phase one
 };
 
 // "(2, 3, 4)" for messages.

@@ -5,9 +5,9 @@
 
 namespace moegrad::ops {
 
-Status Plan(const FinalizeRoutingV2Args& a, PlanPtr* plan) {
+Status Plan(const FinalizeRoutingV2Args& a, PlanPtr* plan, std::vector<OutputSpec>* outputs) {
   using Problem = backend::FinalizeRoutingV2Problem;
-  const ArgChecker c(Problem::kName);
+  const ArgChecker c(Problem::kName, outputs);
   const TensorView* x1 = Opt(a.x1);
   const TensorView* x2 = Opt(a.x2);
   const TensorView* bias = Opt(a.bias);
@@ -28,10 +28,24 @@ Status Plan(const FinalizeRoutingV2Args& a, PlanPtr* plan) {
   const TensorView& x = a.expanded_x;
   MOEGRAD_RETURN_IF_ERROR(c.FloatDType(x, "expandedX"));
   const TensorView& out = a.out;
-  MOEGRAD_RETURN_IF_ERROR(c.Rank(out, "out", 2));
-  const int64_t R = out.sizes[0];
-  const int64_t H = out.sizes[1];
   const TensorView& idx = a.expanded_row_idx;
+  int64_t R = 0, H = 0;
+  if (c.querying()) {
+    // out (R, H) without out: H from expandedX, R from the first (R, ...) input given, else K = 1.
+    MOEGRAD_RETURN_IF_ERROR(c.Rank(x, "expandedX", drop_pad ? 3 : 2));
+    H = x.sizes[x.rank - 1];
+    R = idx.rank == 1 ? idx.sizes[0] : 0;
+    for (const TensorView* t : {scales, x1, x2, expert_idx}) {
+      if (t != nullptr && t->rank >= 1) {
+        R = t->sizes[0];
+        break;
+      }
+    }
+  } else {
+    MOEGRAD_RETURN_IF_ERROR(c.Rank(out, "out", 2));
+    R = out.sizes[0];
+    H = out.sizes[1];
+  }
   MOEGRAD_RETURN_IF_ERROR(c.Rank(idx, "expandedRowIdx", 1));
   MOEGRAD_RETURN_IF_ERROR(c.DTypeIs(idx, "expandedRowIdx", DType::kInt32));
   const int64_t pairs = idx.sizes[0];
@@ -77,10 +91,12 @@ Status Plan(const FinalizeRoutingV2Args& a, PlanPtr* plan) {
   const struct {
     const TensorView* t;
     const char* name;
-  } floats[] = {{x1, "x1"}, {x2, "x2"}, {bias, "bias"}, {scales, "scales"}, {&out, "out"}};
+  } floats[] = {{x1, "x1"}, {x2, "x2"}, {bias, "bias"}, {scales, "scales"}};
   for (const auto& f : floats) {
     if (f.t != nullptr) MOEGRAD_RETURN_IF_ERROR(c.SameDType(*f.t, f.name, x, "expandedX"));
   }
+  MOEGRAD_RETURN_IF_ERROR(c.Output(&out, "out", {R, H}, x, "expandedX"));
+  if (c.querying()) return c.OutputsReported(a);
   MOEGRAD_RETURN_IF_ERROR(c.OutputsApart(a));
 
   Problem q;

@@ -5,16 +5,16 @@
 
 namespace moegrad::ops {
 
-Status Plan(const FinalizeRoutingV2GradArgs& a, PlanPtr* plan) {
+Status Plan(const FinalizeRoutingV2GradArgs& a, PlanPtr* plan, std::vector<OutputSpec>* outputs) {
   using Problem = backend::FinalizeRoutingV2GradProblem;
-  const ArgChecker c(Problem::kName);
+  const ArgChecker c(Problem::kName, outputs);
   const TensorView* expanded_x = Opt(a.expanded_x);
   const TensorView* scales = Opt(a.scales);
   const TensorView* expert_idx = Opt(a.expert_idx);
   const TensorView* bias = Opt(a.bias);
   if (scales != nullptr) {
     MOEGRAD_RETURN_IF_ERROR(c.Required(expanded_x, "expandedX (required with scales)"));
-    MOEGRAD_RETURN_IF_ERROR(c.Required(Opt(a.grad_scales), "gradScalesOut (required with scales)"));
+    MOEGRAD_RETURN_IF_ERROR(c.OutputRequired(Opt(a.grad_scales), "gradScalesOut (required with scales)"));
   }
   if (bias != nullptr) {
     MOEGRAD_RETURN_IF_ERROR(c.Required(scales, "scales (required with bias)"));
@@ -80,17 +80,24 @@ Status Plan(const FinalizeRoutingV2GradArgs& a, PlanPtr* plan) {
     return mode == 1 ? c.Shape(t, name, {a.expert_num, a.expert_capacity, H}) : c.Shape(t, name, {rows, H});
   };
   if (expanded_x != nullptr) MOEGRAD_RETURN_IF_ERROR(check_rows_shape(*expanded_x, "expandedX"));
-  MOEGRAD_RETURN_IF_ERROR(check_rows_shape(a.grad_expanded_x, "gradExpandedXOut"));
-  if (scales != nullptr) MOEGRAD_RETURN_IF_ERROR(c.Shape(*a.grad_scales, "gradScalesOut", {R, K}));
+  // The outputs' shapes here, their dtype with the other float tensors' below.
+  MOEGRAD_RETURN_IF_ERROR(mode == 1 ? c.OutputShape(&a.grad_expanded_x, "gradExpandedXOut",
+                                                    {a.expert_num, a.expert_capacity, H}, grad_y.dtype)
+                                    : c.OutputShape(&a.grad_expanded_x, "gradExpandedXOut", {rows, H}, grad_y.dtype));
+  if (scales != nullptr) {
+    MOEGRAD_RETURN_IF_ERROR(c.OutputShape(Opt(a.grad_scales), "gradScalesOut", {R, K}, grad_y.dtype));
+  }
 
   const struct {
     const TensorView* t;
     const char* name;
   } floats[] = {{expanded_x, "expandedX"}, {scales, "scales"}, {bias, "bias"},
-                {&a.grad_expanded_x, "gradExpandedXOut"}, {scales ? Opt(a.grad_scales) : nullptr, "gradScalesOut"}};
+                {c.Given(&a.grad_expanded_x), "gradExpandedXOut"},
+                {scales ? c.Given(Opt(a.grad_scales)) : nullptr, "gradScalesOut"}};
   for (const auto& f : floats) {
     if (f.t != nullptr) MOEGRAD_RETURN_IF_ERROR(c.SameDType(*f.t, f.name, grad_y, "gradY"));
   }
+  if (c.querying()) return c.OutputsReported(a);
   MOEGRAD_RETURN_IF_ERROR(c.OutputsApart(a));
 
   Problem q;

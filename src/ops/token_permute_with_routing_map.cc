@@ -5,12 +5,12 @@
 
 namespace moegrad::ops {
 
-Status Plan(const TokenPermuteWithRoutingMapArgs& a, PlanPtr* plan) {
+Status Plan(const TokenPermuteWithRoutingMapArgs& a, PlanPtr* plan, std::vector<OutputSpec>* outputs) {
   using Problem = backend::TokenPermuteWithRoutingMapProblem;
-  const ArgChecker c(Problem::kName);
+  const ArgChecker c(Problem::kName, outputs);
   const TensorView* probs = Opt(a.probs);
   if (probs != nullptr) {
-    MOEGRAD_RETURN_IF_ERROR(c.Required(Opt(a.permute_probs), "permuteProbsOut (required with probs)"));
+    MOEGRAD_RETURN_IF_ERROR(c.OutputRequired(Opt(a.permute_probs), "permuteProbsOut (required with probs)"));
   }
   core::Device device = core::Device::kHost;
   MOEGRAD_RETURN_IF_ERROR(c.Tensors(a, &device));
@@ -59,14 +59,12 @@ Status Plan(const TokenPermuteWithRoutingMapArgs& a, PlanPtr* plan) {
     return c.Fail(StatusCode::kInvalid, "sortedIndicesOut would hold %lld, which INT32 cannot represent",
                   static_cast<long long>(largest));
   }
-  MOEGRAD_RETURN_IF_ERROR(c.Shape(a.permute_tokens, "permuteTokensOut", {n, H}));
-  MOEGRAD_RETURN_IF_ERROR(c.SameDType(a.permute_tokens, "permuteTokensOut", tokens, "tokens"));
+  MOEGRAD_RETURN_IF_ERROR(c.Output(&a.permute_tokens, "permuteTokensOut", {n, H}, tokens, "tokens"));
   if (probs != nullptr) {
-    MOEGRAD_RETURN_IF_ERROR(c.Shape(*a.permute_probs, "permuteProbsOut", {n}));
-    MOEGRAD_RETURN_IF_ERROR(c.SameDType(*a.permute_probs, "permuteProbsOut", tokens, "tokens"));
+    MOEGRAD_RETURN_IF_ERROR(c.Output(Opt(a.permute_probs), "permuteProbsOut", {n}, tokens, "tokens"));
   }
-  MOEGRAD_RETURN_IF_ERROR(c.Shape(a.sorted_indices, "sortedIndicesOut", {n}));
-  MOEGRAD_RETURN_IF_ERROR(c.DTypeIs(a.sorted_indices, "sortedIndicesOut", DType::kInt32));
+  MOEGRAD_RETURN_IF_ERROR(c.Output(&a.sorted_indices, "sortedIndicesOut", {n}, DType::kInt32));
+  if (c.querying()) return c.OutputsReported(a);
   MOEGRAD_RETURN_IF_ERROR(c.OutputsApart(a));
 
   Problem q;

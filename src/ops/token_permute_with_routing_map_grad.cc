@@ -6,15 +6,15 @@
 
 namespace moegrad::ops {
 
-Status Plan(const TokenPermuteWithRoutingMapGradArgs& a, PlanPtr* plan) {
+Status Plan(const TokenPermuteWithRoutingMapGradArgs& a, PlanPtr* plan, std::vector<OutputSpec>* outputs) {
   using Problem = backend::TokenPermuteWithRoutingMapGradProblem;
-  const ArgChecker c(Problem::kName);
+  const ArgChecker c(Problem::kName, outputs);
   const TensorView* probs_in = Opt(a.permuted_probs_output_grad);
   const TensorView* routing_map = Opt(a.routing_map);
   const TensorView* probs_grad = Opt(a.probs_grad);
   const bool has_probs = probs_in != nullptr;
   if (has_probs) {
-    MOEGRAD_RETURN_IF_ERROR(c.Required(probs_grad, "probsGradOut (required with permutedProbsOutputGrad)"));
+    MOEGRAD_RETURN_IF_ERROR(c.OutputRequired(probs_grad, "probsGradOut (required with permutedProbsOutputGrad)"));
     if (!a.drop_and_pad) {
       MOEGRAD_RETURN_IF_ERROR(
           c.Required(routing_map, "routingMap (required with permutedProbsOutputGrad when dropAndPad is false)"));
@@ -66,12 +66,11 @@ Status Plan(const TokenPermuteWithRoutingMapGradArgs& a, PlanPtr* plan) {
     MOEGRAD_RETURN_IF_ERROR(c.Shape(*routing_map, "routingMap", {T, E}));
     MOEGRAD_RETURN_IF_ERROR(c.IndexMapDType(*routing_map, "routingMap"));
   }
-  MOEGRAD_RETURN_IF_ERROR(c.Shape(a.tokens_grad, "tokensGradOut", {T, H}));
-  MOEGRAD_RETURN_IF_ERROR(c.SameDType(a.tokens_grad, "tokensGradOut", grad, "permutedTokenOutputGrad"));
+  MOEGRAD_RETURN_IF_ERROR(c.Output(&a.tokens_grad, "tokensGradOut", {T, H}, grad, "permutedTokenOutputGrad"));
   if (has_probs) {
-    MOEGRAD_RETURN_IF_ERROR(c.Shape(*probs_grad, "probsGradOut", {T, E}));
-    MOEGRAD_RETURN_IF_ERROR(c.SameDType(*probs_grad, "probsGradOut", grad, "permutedTokenOutputGrad"));
+    MOEGRAD_RETURN_IF_ERROR(c.Output(probs_grad, "probsGradOut", {T, E}, grad, "permutedTokenOutputGrad"));
   }
+  if (c.querying()) return c.OutputsReported(a);
   MOEGRAD_RETURN_IF_ERROR(c.OutputsApart(a));
 
   Problem q;

@@ -124,13 +124,19 @@ def test_inputs_are_handed_over_in_place(monkeypatch):
     perm, pprobs, _ = mt.moe_token_permute_with_routing_map(tokens, rmap, probs)
     grad_perm = make_view(torch.randn(perm.shape), "transposed")
     perm.backward(grad_perm, retain_graph=True)
-    name, (tensors, _) = spy.calls[0]  # tensors in the order of mt._C.OPS[name]
+    # Each operator call follows its output query, which gets the same input descriptors.
+    assert [name for name, _ in spy.calls] == [
+        "token_permute_with_routing_map_outputs", "token_permute_with_routing_map",
+        "token_permute_with_routing_map_grad_outputs", "token_permute_with_routing_map_grad"]
+    assert spy.calls[0][1][0][:3] == spy.calls[1][1][0][:3]
+    calls = [call for call in spy.calls if call[0] in mt._C.OPS]
+    name, (tensors, _) = calls[0]  # tensors in the order of mt._C.OPS[name]
     assert name == "token_permute_with_routing_map"
     assert mt._C.OPS[name][0][:3] == ["tokens", "routingMap", "probs"]
     for desc, t in ((tensors[0], tokens), (tensors[1], rmap), (tensors[2], probs)):
         assert not t.is_contiguous()
         assert desc[0] == t.data_ptr() and desc[2] == tuple(t.shape) and desc[3] == t.stride()
-    name, (tensors, _) = spy.calls[1]
+    name, (tensors, _) = calls[1]
     assert name == "token_permute_with_routing_map_grad"
     assert tensors[0][0] == grad_perm.data_ptr() and tensors[0][3] == grad_perm.stride()
 

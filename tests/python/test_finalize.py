@@ -154,3 +154,20 @@ def test_no_tokens(mode):
     assert out.shape == (0, 4)
     out.sum().backward()
     assert torch.equal(x.grad, torch.zeros_like(x)) and scales.grad.shape == (0, 2)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+@pytest.mark.parametrize("with_scales", [False, True])
+def test_no_tokens_with_bias(mode, with_scales):
+    """An expert-parallel rank that receives no tokens: bias and expert_idx of shape (0, K), scales or not."""
+    x = torch.randn((0, 4) if mode % 2 == 0 else (2, 3, 4), requires_grad=True)
+    bias = torch.randn(2, 4, requires_grad=True)
+    scales = torch.rand(0, 2, requires_grad=True) if with_scales else None
+    out = mt.moe_finalize_routing_v2(x, torch.zeros(0, dtype=torch.int32), bias=bias, scales=scales,
+                                     expert_idx=torch.zeros(0, 2, dtype=torch.int32), drop_pad_mode=mode)
+    assert out.shape == (0, 4)
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+    assert torch.equal(bias.grad, torch.zeros_like(bias))
+    if with_scales:
+        assert scales.grad.shape == (0, 2)

@@ -1,6 +1,10 @@
 // The C++ API of every operator (moegrad/ops.hpp): Plan<Op> runs phase one, <Op> plans, allocates the
-// workspace and runs. One line per operator.
+// workspace and runs, Infer<Op>Outputs runs phase one as the output query. One line per operator.
 #include "moegrad/ops.hpp"
+
+#include <utility>
+#include <vector>
+
 #include "src/entry/public_types.h"
 #include "src/ops/ops.h"
 
@@ -22,11 +26,23 @@ Status PlanAndRun(const Args& args) {
   return status.ok() ? plan.Run() : status;
 }
 
+template <typename Args>
+Status InferOutputs(const Args& args, std::vector<OutputSpec>* outputs) {
+  std::vector<OutputSpec> report;
+  ops::PlanPtr none;
+  const core::Status status = ops::Plan(args, &none, &report);
+  if (status.ok() && outputs != nullptr) *outputs = std::move(report);
+  return entry::ToPublic(status);
+}
+
 }  // namespace
 
 #define MOEGRAD_CPP_OPERATOR(Op)                                                                         \
   Status Plan##Op(const Op##Args& args, Plan* plan) { return MakePlan(args, plan); }                   \
-  Status Op(const Op##Args& args) { return PlanAndRun(args); }
+  Status Op(const Op##Args& args) { return PlanAndRun(args); }                                         \
+  Status Infer##Op##Outputs(const Op##Args& args, std::vector<OutputSpec>* outputs) {                  \
+    return InferOutputs(args, outputs);                                                                \
+  }
 
 MOEGRAD_CPP_OPERATOR(FinalizeRoutingV2Grad)
 MOEGRAD_CPP_OPERATOR(TokenPermuteWithRoutingMapGrad)
