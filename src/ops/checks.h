@@ -131,8 +131,8 @@ class ArgChecker {
   }
 
   // An output the call writes, after every rule on the inputs: its shape is `want` and its dtype `dtype`.
-  // Checked in a phase one: the shape as Shape checks it, the dtype as SameDType(t, name, like, like_name)
-  // does when `like_name` is given (a float output: the call's one float dtype, that of `like`), else as
+  // Checked in a phase one: the shape as Shape checks it, the dtype as SameDType(t, name, like, like_name, group)
+  // does when `like_name` is given (a float output: the dtype of its group's first tensor `like`), else as
   // DTypeIs. Reported in an output query (`t` is not read), with INVALID when its element or byte count does
   // not fit in int64, as WellFormed says of a view of that shape.
   Status Output(const TensorView* t, const char* name, std::initializer_list<int64_t> want, const TensorView& like,
