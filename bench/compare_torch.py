@@ -15,7 +15,11 @@ moegrad is timed by its own tool in the same run (`moegrad bench --json`), whose
 capacity C = ceil(T*K/E)) this script takes over, so both sides see the same problem sizes and the same kind
 of routing: a random top-k of distinct experts per token.
 
-  /usr/bin/python3 bench/compare_torch.py [--preset deepseek-v3] [--tokens N] [--dtype bf16|f16|f32|all]
+Both sides run each row in its dtypes: bf16+f32 is bf16 tokens with fp32 routing weights (scales, probs and
+their gradients), so the PyTorch side multiplies bf16 rows by fp32 weights (type promotion: fp32 products) and
+rounds the combined output to bf16, as Megatron's unpermute does with fp32 probabilities.
+
+  /usr/bin/python3 bench/compare_torch.py [--preset deepseek-v3] [--tokens N] [--dtype bf16|f16|f32|bf16+f32|all]
                                           [--moegrad build/tools/moegrad] [--json out.json]
 """
 import argparse
@@ -31,6 +35,12 @@ import time
 import torch
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def row_dtypes(name):
+    """(tokens' dtype, routing weights' dtype) of a `moegrad bench` dtype name: "bf16", or "bf16+f32"."""
+    tokens, _, weights = name.partition("+")
+    return DTYPES[tokens], DTYPES[weights or tokens]
 
 
 def median_seconds(fn, warmup=2, min_runs=5, max_runs=200, budget=0.5):
@@ -71,7 +81,8 @@ def init_routing_row_idx(experts, E, capacity):
 # ----- the PyTorch eager operators ------------------------------------------------------------------------
 
 def combine(expanded_x, row_idx, scales, bias, expert_idx, drop_pad):
-    """out[r] = sum_k scales[r, k] * (expanded_x[row_idx[r*K + k]] + bias[expert_idx[r, k]])."""
+    """out[r] = sum_k scales[r, k] * (expanded_x[row_idx[r*K + k]] + bias[expert_idx[r, k]]), in expanded_x's
+    dtype (scales of another dtype: the products in the promoted one)."""
     R, K = scales.shape
     H = expanded_x.shape[-1]
     rows = expanded_x.reshape(-1, H)
@@ -82,7 +93,8 @@ def combine(expanded_x, row_idx, scales, bias, expert_idx, drop_pad):
         gathered = rows.index_select(0, row_idx)
     if bias is not None:
         gathered = gathered + bias.index_select(0, expert_idx.reshape(-1))
-    return (gathered.view(R, K, H) * scales.unsqueeze(-1)).sum(dim=1)
+    out = (gathered.view(R, K, H) * scales.unsqueeze(-1)).sum(dim=1)
+    return out if out.dtype == expanded_x.dtype else out.to(expanded_x.dtype)
 
 
 def permute(tokens, routing_map, probs, num_out_tokens, drop_and_pad):
@@ -104,13 +116,14 @@ def permute(tokens, routing_map, probs, num_out_tokens, drop_and_pad):
 
 # ----- one benchmark row each -------------------------------------------------------------------------------
 
-def finalize_case(shape, dtype, drop_pad, with_bias, backward, gen):
+def finalize_case(shape, dtypes, drop_pad, with_bias, backward, gen):
     T, H, E, K, C = shape
+    dtype, weight_dtype = dtypes
     experts, _ = random_routing(T, E, K, gen)
     row_idx = init_routing_row_idx(experts, E, C if drop_pad else 0)
     rows = E * C if drop_pad else T * K
     expanded_x = torch.rand(rows, H, generator=gen).to(dtype)
-    scales = torch.rand(T, K, generator=gen).to(dtype)
+    scales = torch.rand(T, K, generator=gen).to(weight_dtype)
     bias = torch.rand(E, H, generator=gen).to(dtype) if with_bias else None
     if not backward:
         def forward():
@@ -124,12 +137,13 @@ def finalize_case(shape, dtype, drop_pad, with_bias, backward, gen):
     return lambda: torch.autograd.grad(out, (expanded_x, scales), grad_y, retain_graph=True)
 
 
-def permute_case(shape, dtype, drop_and_pad, backward, gen):
+def permute_case(shape, dtypes, drop_and_pad, backward, gen):
     T, H, E, K, C = shape
+    dtype, weight_dtype = dtypes
     _, routing_map = random_routing(T, E, K, gen)
     n = E * C if drop_and_pad else T * K
     tokens = torch.rand(T, H, generator=gen).to(dtype)
-    probs = torch.rand(T, E, generator=gen).to(dtype)
+    probs = torch.rand(T, E, generator=gen).to(weight_dtype)
     if not backward:
         def forward():
             with torch.no_grad():
@@ -139,7 +153,7 @@ def permute_case(shape, dtype, drop_and_pad, backward, gen):
     probs.requires_grad_()
     out_tokens, out_probs = permute(tokens, routing_map, probs, n, drop_and_pad)
     g_tokens = torch.rand(out_tokens.shape, generator=gen).to(dtype)
-    g_probs = torch.rand(out_probs.shape, generator=gen).to(dtype)
+    g_probs = torch.rand(out_probs.shape, generator=gen).to(weight_dtype)
     return lambda: torch.autograd.grad((out_tokens, out_probs), (tokens, probs), (g_tokens, g_probs),
                                        retain_graph=True)
 
@@ -181,7 +195,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="deepseek-v3")
     ap.add_argument("--tokens", type=int, default=0, help="0: the preset's default")
-    ap.add_argument("--dtype", default="bf16", choices=["f32", "f16", "bf16", "all"])
+    ap.add_argument("--dtype", default="bf16", choices=["f32", "f16", "bf16", "bf16+f32", "all"],
+                    help="bf16+f32: bf16 tokens with fp32 routing weights")
     ap.add_argument("--moegrad", default=None, help="the moegrad tool (default: the newest build*/tools/moegrad)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json", default=None, help="also write the rows here")
@@ -209,7 +224,7 @@ def main():
         if build is not None:
             print(f"torch: {row['op']} {row['mode']} {row['dtype']}", file=sys.stderr)
             try:
-                torch_s = median_seconds(build(shape, DTYPES[row["dtype"]], gen))
+                torch_s = median_seconds(build(shape, row_dtypes(row["dtype"]), gen))
             except RuntimeError as e:  # an op without a kernel for this dtype on CPU
                 what = f"n/a ({str(e).splitlines()[0][:40]})"
         results.append(dict(op=row["op"], mode=row["mode"], dtype=row["dtype"], torch=what, torch_s=torch_s,
@@ -222,11 +237,12 @@ def main():
     w_op = max(len(r["op"]) for r in results)
     w_mode = max(len(r["mode"]) for r in results)
     w_t = max(len(r["torch"] or "-") for r in results)
-    print(f"{'operator':<{w_op}}  {'mode':<{w_mode}}  dtype  {'torch runs':<{w_t}}  {'torch':>12}  "
+    w_d = max([5] + [len(r["dtype"]) for r in results])
+    print(f"{'operator':<{w_op}}  {'mode':<{w_mode}}  {'dtype':<{w_d}}  {'torch runs':<{w_t}}  {'torch':>12}  "
           f"{'moegrad':>12}  speedup  verified")
     for r in results:
         sp = f"{r['speedup']:.2f}x" if r["speedup"] else "-"
-        print(f"{r['op']:<{w_op}}  {r['mode']:<{w_mode}}  {r['dtype']:<5}  {r['torch'] or '-':<{w_t}}  "
+        print(f"{r['op']:<{w_op}}  {r['mode']:<{w_mode}}  {r['dtype']:<{w_d}}  {r['torch'] or '-':<{w_t}}  "
               f"{fmt_ms(r['torch_s']):>12}  {fmt_ms(r['moegrad_s']):>12}  {sp:>7}  "
               f"{'ok' if r['verified'] else 'FAIL'}")
     print("torch times: backward only (autograd.grad on a built graph) for the gradient operators, no_grad "

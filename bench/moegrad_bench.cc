@@ -37,12 +37,17 @@ struct Cached {
   std::unique_ptr<Aligned> workspace;
 };
 
-Cached& CachedProblem(const std::string& name, const BenchRow& row, const Shape& shape, DType dtype,
-                std::string* error) {
+// A row's dtypes: the tokens' and the routing weights'.
+struct Precision {
+  DType tokens, weights;
+};
+
+Cached& CachedProblem(const std::string& name, const BenchRow& row, const Shape& shape, Precision precision,
+                      std::string* error) {
   static Cached cache;
   if (cache.name != name) {
     cache = Cached();
-    cache.problem = row.make(shape, dtype, 7);
+    cache.problem = row.make(shape, precision.tokens, precision.weights, 7);
     moegrad::Plan plan;
     const Status s = cache.problem->Plan(&plan);
     if (!s.ok()) *error = s.message();
@@ -54,9 +59,9 @@ Cached& CachedProblem(const std::string& name, const BenchRow& row, const Shape&
 }
 
 void RunOperator(benchmark::State& state, const std::string& name, const BenchRow& row, Shape shape,
-                 DType dtype) {
+                 Precision precision) {
   std::string error;
-  Cached& c = CachedProblem(name, row, shape, dtype, &error);
+  Cached& c = CachedProblem(name, row, shape, precision, &error);
   if (!error.empty()) {
     state.SkipWithError(error.c_str());
     return;
@@ -99,7 +104,11 @@ std::string Sanitize(std::string s) {
 
 void RegisterAll() {
   benchmark::RegisterBenchmark("BM_Copy", BM_Copy)->Arg(int64_t{256} << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
-  const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  // As `moegrad bench --dtype all`: f32, f16, bf16, and bf16 tokens with fp32 routing weights (bf16+f32).
+  const Precision precisions[] = {{DType::kFloat32, DType::kFloat32},
+                                  {DType::kFloat16, DType::kFloat16},
+                                  {DType::kBFloat16, DType::kBFloat16},
+                                  {DType::kBFloat16, DType::kFloat32}};
   for (const ModelPreset& preset : ModelPresets()) {
     for (int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{128}, preset.default_tokens}) {
       if (tokens == preset.default_tokens && tokens <= 128) continue;  // registered already
@@ -110,11 +119,12 @@ void RegisterAll() {
       shape.topk = preset.topk;
       shape.capacity = DefaultCapacity(tokens, preset.experts, preset.topk);
       for (const BenchRow& row : BenchRows()) {
-        for (DType dtype : dtypes) {
-          const std::string name = Sanitize(std::string(row.key) + "/" + row.mode + "/" + ShortDTypeName(dtype) +
-                                            "/" + preset.name + "/T:" + std::to_string(tokens));
+        for (const Precision& precision : precisions) {
+          const std::string name = Sanitize(std::string(row.key) + "/" + row.mode + "/" +
+                                            PrecisionName(precision.tokens, precision.weights) + "/" + preset.name +
+                                            "/T:" + std::to_string(tokens));
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-            RunOperator(st, name, row, shape, dtype);
+            RunOperator(st, name, row, shape, precision);
           })->UseRealTime()->Unit(tokens >= 128 ? benchmark::kMillisecond : benchmark::kMicrosecond);
         }
       }
@@ -132,7 +142,7 @@ void RegisterAll() {
         const std::string name = Sanitize(std::string("overhead/") + row.key + "/" + row.mode + "/f32/" +
                                           preset.name + "/T:" + std::to_string(tokens) + "/H:16");
         benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-          RunOperator(st, name, row, tiny, DType::kFloat32);
+          RunOperator(st, name, row, tiny, Precision{DType::kFloat32, DType::kFloat32});
         })->UseRealTime()->Unit(benchmark::kMicrosecond);
       }
     }

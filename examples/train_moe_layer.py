@@ -4,8 +4,13 @@
 in plain PyTorch (Megatron-style permute / index_add unpermute). Both start from the same weights; the losses
 must agree to within the precision of the dtype. Exit status 0 only when they do.
 
-    PYTHONPATH=<build>/python /usr/bin/python3 examples/train_moe_layer.py
+Precisions (--dtype, default all): f32; bf16 (tokens and router probabilities in bf16); bf16+f32 (bf16 tokens
+with the router's probabilities kept in fp32, as Megatron-core's moe_router_dtype does: the permuted
+probabilities, the combine's scales and their gradients stay fp32 on both sides).
+
+    PYTHONPATH=<build>/python /usr/bin/python3 examples/train_moe_layer.py [--dtype f32|bf16|bf16+f32|all]
 """
+import argparse
 import copy
 import sys
 
@@ -27,11 +32,11 @@ class MoeLayer(torch.nn.Module):
         self.w2 = torch.nn.Parameter(torch.randn(experts, ffn, hidden) / ffn ** 0.5)
         self.expert_bias = torch.nn.Parameter(torch.randn(experts, hidden) * 0.1)
 
-    def forward(self, x, dtype):
+    def forward(self, x, dtype, probs_dtype):
         logits = self.router(x)
         top_probs, top_experts = logits.softmax(dim=-1).topk(self.topk, dim=-1)
         routing_map = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, top_experts, True)
-        probs = torch.zeros_like(logits).scatter(1, top_experts, top_probs).to(dtype)
+        probs = torch.zeros_like(logits).scatter(1, top_experts, top_probs).to(probs_dtype)
         tokens = x.to(dtype)
         counts = routing_map.sum(dim=0).tolist()  # rows of each expert in the expert-major permuted tokens
         if self.use_moegrad:
@@ -70,41 +75,55 @@ class MoeLayer(torch.nn.Module):
         return (out + tokens.float()).to(tokens.dtype)
 
 
-def train(model, data, target, dtype, steps):
+def train(model, data, target, dtype, probs_dtype, steps):
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     losses = []
     for _ in range(steps):
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(data, dtype).float(), target)
+        loss = torch.nn.functional.mse_loss(model(data, dtype, probs_dtype).float(), target)
         loss.backward()
         opt.step()
         losses.append(loss.item())
     return losses
 
 
-def main():
+# name -> (tokens' dtype, router probabilities' dtype, relative tolerance of the losses)
+PRECISIONS = {
+    "f32": (torch.float32, torch.float32, 1e-4),
+    "bf16": (torch.bfloat16, torch.bfloat16, 3e-2),
+    "bf16+f32": (torch.bfloat16, torch.float32, 3e-2),
+}
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dtype", default="all", choices=[*PRECISIONS, "all"],
+                    help="tokens[+probabilities] dtype; bf16+f32: bf16 tokens, fp32 router probabilities")
+    args = ap.parse_args(argv)
     torch.manual_seed(0)
     tokens, hidden, ffn, experts, topk, steps = 128, 32, 64, 8, 2, 8
     data = torch.randn(tokens, hidden)
     target = torch.tanh(data @ torch.randn(hidden, hidden) / hidden ** 0.5)
     ok = True
-    for dtype, rtol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2)):
+    for name, (dtype, probs_dtype, rtol) in PRECISIONS.items():
+        if args.dtype not in ("all", name):
+            continue
         reference = MoeLayer(hidden, ffn, experts, topk, use_moegrad=False)
         model = copy.deepcopy(reference)
         model.use_moegrad = True
-        ours = train(model, data, target, dtype, steps)
-        theirs = train(reference, data, target, dtype, steps)
-        print(f"{str(dtype):16} {'step':>4} {'loss (moegrad)':>16} {'loss (pytorch)':>16}")
+        ours = train(model, data, target, dtype, probs_dtype, steps)
+        theirs = train(reference, data, target, dtype, probs_dtype, steps)
+        print(f"{name:16} {'step':>4} {'loss (moegrad)':>16} {'loss (pytorch)':>16}")
         for step, (a, b) in enumerate(zip(ours, theirs)):
             close = abs(a - b) <= rtol * abs(b)
             ok &= close
             print(f"{'':16} {step:4d} {a:16.8f} {b:16.8f}{'' if close else '   MISMATCH'}")
         if ours[-1] >= ours[0]:
-            print(f"{dtype}: the loss did not decrease")
+            print(f"{name}: the loss did not decrease")
             ok = False
     print("losses agree" if ok else "losses DIFFER")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
-// Fuzzes aclnnMoeTokenPermuteWithRoutingMap (the forward "dispatch"): dropless and drop-and-pad, optional
-// probs, layouts, dtypes, aliasing and routing maps. A successful call must match the reference bit for
-// bit (it only copies); a failed one must have written nothing.
+// Fuzzes aclnnMoeTokenPermuteWithRoutingMap (the forward "dispatch"): dropless and drop-and-pad, optional probs,
+// layouts, dtypes (probs and permuteProbsOut in their own), aliasing and routing maps. A successful call must match the
+// reference bit for bit (it only copies); a failed one must have written nothing.
 #include "fuzz/fuzz_call.h"
 
 using namespace moegrad::fuzz;  // NOLINT
@@ -15,14 +15,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t num_out = in.Around(N, -1, T * E + 1);
   const bool probs = !in.Rare(30);
   const DType dt = in.FloatDType();
+  const DType wt = in.FloatDType();  // the probs' group, independent of the tokens'
   const DType map_dt = in.Rare(50) ? DType::kBool : in.Or(DType::kInt8);
 
   OpFuzz<moegrad::TokenPermuteWithRoutingMapArgs> f(in);
   f.PutFloats("tokens", MakeTensor(in, in.Or(dt), Shape(in, {T, H})));
   f.Put("routingMap", MakeTensor(in, map_dt, Shape(in, {T, E})));
-  if (probs) f.PutFloats("probs", MakeTensor(in, in.Or(dt), Shape(in, {T, E})));
+  if (probs) f.PutFloats("probs", MakeTensor(in, in.Or(wt), Shape(in, {T, E})));
   f.Put("permuteTokensOut", MakeTensor(in, in.Or(dt), Shape(in, {N, H})));
-  if (probs || in.Rare(20)) f.Put("permuteProbsOut", MakeTensor(in, in.Or(dt), Shape(in, {N})));
+  if (probs || in.Rare(20)) f.Put("permuteProbsOut", MakeTensor(in, in.Or(wt), Shape(in, {N})));
   f.Put("sortedIndicesOut", MakeTensor(in, in.Or(DType::kInt32), Shape(in, {N})));
   f.SetAttr("numOutTokens", num_out);
   f.SetAttr("dropAndPad", dp);

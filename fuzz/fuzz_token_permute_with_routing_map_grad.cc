@@ -1,6 +1,6 @@
-// Fuzzes aclnnMoeTokenPermuteWithRoutingMapGrad: shapes, layouts, dtypes, attributes, missing and aliased
-// tensors, index data and routing maps. A successful call must match the reference bit for bit (sums run in
-// ascending order of the contributing position in both); a failed one must have written nothing.
+// Fuzzes aclnnMoeTokenPermuteWithRoutingMapGrad: shapes, layouts, dtypes (the probs' gradients in their own),
+// attributes, missing and aliased tensors, index data and routing maps. A successful call must match the reference bit
+// for bit (sums run in ascending order of the contributing position in both); a failed one must have written nothing.
 #include <algorithm>
 
 #include "fuzz/fuzz_call.h"
@@ -18,15 +18,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool probs = !in.Rare(30);
   const bool has_map = (probs && !dp) || in.Rare(20);
   const DType dt = in.FloatDType();
+  const DType wt = in.FloatDType();  // the probs' group, independent of the tokens'
   const DType map_dt = in.Rare(50) ? DType::kBool : in.Or(DType::kInt8);
 
   OpFuzz<moegrad::TokenPermuteWithRoutingMapGradArgs> f(in);
   f.PutFloats("permutedTokenOutputGrad", MakeTensor(in, in.Or(dt), Shape(in, {N, H})));
-  if (probs) f.PutFloats("permutedProbsOutputGrad", MakeTensor(in, in.Or(dt), Shape(in, {N})));
+  if (probs) f.PutFloats("permutedProbsOutputGrad", MakeTensor(in, in.Or(wt), Shape(in, {N})));
   f.Put("sortedIndices", MakeTensor(in, in.Or(DType::kInt32), Shape(in, {N})));
   if (has_map) f.Put("routingMap", MakeTensor(in, map_dt, Shape(in, {T, E})));
   f.Put("tokensGradOut", MakeTensor(in, in.Or(dt), Shape(in, {T, H})));
-  if (probs || in.Rare(20)) f.Put("probsGradOut", MakeTensor(in, in.Or(dt), Shape(in, {T, E})));
+  if (probs || in.Rare(20)) f.Put("probsGradOut", MakeTensor(in, in.Or(wt), Shape(in, {T, E})));
   f.SetAttr("numExperts", experts);
   f.SetAttr("tokensNum", tokens);
   f.SetAttr("dropAndPad", dp);

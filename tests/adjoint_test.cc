@@ -1,12 +1,13 @@
 // Every gradient operator is the exact adjoint (transpose) of its forward, checked with nothing but the two
-// operators (no reference in between), for random data in every mode and dtype:
+// operators (no reference in between), for random data in every mode and dtype, the routing weights (scales,
+// probs and their gradients) in the tokens' dtype or in their own:
 //   MoeFinalizeRoutingV2Grad:  <F(x), g> = <x, F^T g>; gradScales[r][k] = d<y, g>/d scales[r][k], measured
 //                              from forward calls with one-hot scale columns. Gradient dropPadMode 0 / 1 is the
 //                              adjoint of forward mode 2 / 3; forward modes 0 / 1 (expert-major pairs) use it
 //                              with the index reordered to token-major.
 //   MoeTokenPermuteWithRoutingMapGrad: <P(tokens), g> = <tokens, P^T g>, <permutedProbs, gp> = <probs, probsGrad>.
-// Tolerances follow from the dtype: every output element is one fp32 sum of at most M terms rounded once, so
-// each side of an identity is off by at most (eps(dtype) + (M + 1) * 2^-23) * sum |terms|.
+// Tolerances follow from the dtype: every output element is one fp32 sum of at most M terms rounded once (to its
+// own tensor's dtype), so each side of an identity is off by at most (eps(dtype) + (M + 1) * 2^-23) * sum |terms|.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -51,8 +52,9 @@ struct FinalizeRoutingV2Setup {
   uint64_t seed;
 };
 
-void CheckFinalizeRoutingV2Adjoint(const FinalizeRoutingV2Setup& s, DType dt) {
-  SCOPED_TRACE(::testing::Message() << DTypeName(dt) << " forward mode " << s.mode << " R=" << s.R << " K=" << s.K
+void CheckFinalizeRoutingV2Adjoint(const FinalizeRoutingV2Setup& s, DTypes dtypes) {
+  const DType dt = dtypes.tokens, wt = dtypes.weights;
+  SCOPED_TRACE(::testing::Message() << DTypesName(dtypes) << " forward mode " << s.mode << " R=" << s.R << " K=" << s.K
                                     << " H=" << s.H << " scales=" << s.scales << " dup=" << s.duplicates
                                     << " layout=" << LayoutName(s.layout) << " seed=" << s.seed);
   std::mt19937_64 rng(s.seed);
@@ -62,9 +64,9 @@ void CheckFinalizeRoutingV2Adjoint(const FinalizeRoutingV2Setup& s, DType dt) {
   const Layout L = s.layout;
   TestTensor x = dp ? TestTensor(dt, {s.E, s.C, s.H}, L, 1) : TestTensor(dt, {rows, s.H}, L, 1);
   TestTensor idx(DType::kInt32, {pairs}, L, 2), idx_tm(DType::kInt32, {pairs}, L, 3);
-  TestTensor scales(dt, {s.R, s.K}, L, 4), g(dt, {s.R, s.H}, L, 5), y(dt, {s.R, s.H}, L, 6);
+  TestTensor scales(wt, {s.R, s.K}, L, 4), g(dt, {s.R, s.H}, L, 5), y(dt, {s.R, s.H}, L, 6);
   TestTensor gx = dp ? TestTensor(dt, {s.E, s.C, s.H}, L, 7) : TestTensor(dt, {rows, s.H}, L, 7);
-  TestTensor gs(dt, {s.R, s.K}, L, 8);
+  TestTensor gs(wt, {s.R, s.K}, L, 8);
   x.FillUniform(rng);
   g.FillUniform(rng);
   scales.FillUniform(rng);
@@ -135,7 +137,7 @@ void CheckFinalizeRoutingV2Adjoint(const FinalizeRoutingV2Setup& s, DType dt) {
   // difference in row r is exactly the (x + b) of pair (r, k). x1, x2 and bias are present: x1 and x2 cancel,
   // the bias of a dropped pair does not.
   TestTensor x1(dt, {s.R, s.H}, L, 9), x2(dt, {s.R, s.H}, L, 10), bias(dt, {s.E, s.H}, L, 11);
-  TestTensor expert(DType::kInt32, {s.R, s.K}, L, 12), onehot(dt, {s.R, s.K}, L, 13);
+  TestTensor expert(DType::kInt32, {s.R, s.K}, L, 12), onehot(wt, {s.R, s.K}, L, 13);
   TestTensor y0(dt, {s.R, s.H}, L, 14), yk(dt, {s.R, s.H}, L, 15);
   x1.FillUniform(rng);
   x2.FillUniform(rng);
@@ -169,8 +171,9 @@ void CheckFinalizeRoutingV2Adjoint(const FinalizeRoutingV2Setup& s, DType dt) {
         mag += std::fabs(gj) * (std::fabs(x1.GetF(r * s.H + j)) + std::fabs(x2.GetF(r * s.H + j)) + xb);
       }
       const double got = gs.GetF(r * s.K + k);
-      // y sums K + 2 terms per element; gradScales is an fp32 dot product over H elements.
-      EXPECT_NEAR(got, d, 2 * Bound(dt, s.K + 2 + s.H) * mag + Epsilon(dt) * std::fabs(got) + 1e-30)
+      // y sums K + 2 terms per element (rounded to the tokens' dtype); gradScales is an fp32 dot product over H
+      // elements, rounded to the weights' dtype.
+      EXPECT_NEAR(got, d, 2 * Bound(dt, s.K + 2 + s.H) * mag + Epsilon(wt) * std::fabs(got) + 1e-30)
           << "gradScales[" << r << "][" << k << "]" << (val < 0 ? " (dropped pair)" : "");
     }
   }
@@ -181,31 +184,43 @@ TEST(Adjoint, FinalizeRoutingV2EveryModeAndDType) {
   for (int64_t mode : {0, 1, 2, 3}) {
     for (DType dt : kFloats) {
       for (bool scales : {false, true}) {
-        CheckFinalizeRoutingV2Adjoint({mode, 7, 3, 37, 4, 5, 0.2, scales, false, Layout::kContiguous, seed++}, dt);
-        CheckFinalizeRoutingV2Adjoint({mode, 6, 2, 19, 3, 3, 0.3, scales, true, Layout::kPadded, seed++}, dt);
+        CheckFinalizeRoutingV2Adjoint({mode, 7, 3, 37, 4, 5, 0.2, scales, false, Layout::kContiguous, seed++},
+                                      {dt, dt});
+        CheckFinalizeRoutingV2Adjoint({mode, 6, 2, 19, 3, 3, 0.3, scales, true, Layout::kPadded, seed++}, {dt, dt});
       }
+    }
+    // The weights in their own dtype: every combination.
+    for (const DTypes& d : kEveryDTypes) {
+      if (d.tokens == d.weights) continue;
+      CheckFinalizeRoutingV2Adjoint({mode, 7, 3, 37, 4, 5, 0.2, true, false, Layout::kContiguous, seed++}, d);
+      CheckFinalizeRoutingV2Adjoint({mode, 6, 2, 19, 3, 3, 0.3, true, true, Layout::kPadded, seed++}, d);
     }
     // Vector bodies, tiles and tails; K = 1; an empty hidden size.
     CheckFinalizeRoutingV2Adjoint({mode, 33, 4, 1031, 16, 9, 0.1, true, false, Layout::kContiguous, seed++},
-                                  DType::kFloat32);
+                                  {DType::kFloat32, DType::kFloat32});
+    CheckFinalizeRoutingV2Adjoint({mode, 33, 4, 1031, 16, 9, 0.1, true, false, Layout::kContiguous, seed++},
+                                  {DType::kBFloat16, DType::kFloat32});
     CheckFinalizeRoutingV2Adjoint({mode, 9, 1, 64, 3, 4, 0.0, true, true, Layout::kTransposed, seed++},
-                                  DType::kBFloat16);
+                                  {DType::kBFloat16, DType::kBFloat16});
+    CheckFinalizeRoutingV2Adjoint({mode, 9, 1, 64, 3, 4, 0.0, true, true, Layout::kTransposed, seed++},
+                                  {DType::kFloat16, DType::kBFloat16});
     CheckFinalizeRoutingV2Adjoint({mode, 5, 2, 0, 3, 4, 0.0, true, false, Layout::kContiguous, seed++},
-                                  DType::kFloat16);
+                                  {DType::kFloat16, DType::kFloat16});
   }
 }
 
 // --- dispatch -----------------------------------------------------------------------------------------------
 void CheckTokenPermuteWithRoutingMapAdjoint(bool dp, int64_t T, int64_t E, int64_t H, int64_t k_or_c, double density,
-                                            DType map_dt, DType dt, Layout L, uint64_t seed) {
-  SCOPED_TRACE(::testing::Message() << DTypeName(dt) << (dp ? " drop-and-pad C=" : " dropless K=") << k_or_c
+                                            DType map_dt, DTypes dtypes, Layout L, uint64_t seed) {
+  const DType dt = dtypes.tokens, wt = dtypes.weights;
+  SCOPED_TRACE(::testing::Message() << DTypesName(dtypes) << (dp ? " drop-and-pad C=" : " dropless K=") << k_or_c
                                     << " T=" << T << " E=" << E << " H=" << H << " map=" << DTypeName(map_dt)
                                     << " layout=" << LayoutName(L) << " seed=" << seed);
   std::mt19937_64 rng(seed);
   const int64_t N = dp ? E * k_or_c : T * k_or_c;
-  TestTensor tokens(dt, {T, H}, L, 1), map(map_dt, {T, E}, L, 2), probs(dt, {T, E}, L, 3);
-  TestTensor permuted(dt, {N, H}, L, 4), pprobs(dt, {N}, L, 5), sorted(DType::kInt32, {N}, L, 6);
-  TestTensor g(dt, {N, H}, L, 7), gp(dt, {N}, L, 8), tokens_grad(dt, {T, H}, L, 9), probs_grad(dt, {T, E}, L, 10);
+  TestTensor tokens(dt, {T, H}, L, 1), map(map_dt, {T, E}, L, 2), probs(wt, {T, E}, L, 3);
+  TestTensor permuted(dt, {N, H}, L, 4), pprobs(wt, {N}, L, 5), sorted(DType::kInt32, {N}, L, 6);
+  TestTensor g(dt, {N, H}, L, 7), gp(wt, {N}, L, 8), tokens_grad(dt, {T, H}, L, 9), probs_grad(wt, {T, E}, L, 10);
   tokens.FillUniform(rng);
   probs.FillUniform(rng, 0.0f, 1.0f);
   g.FillUniform(rng);
@@ -232,12 +247,12 @@ void CheckTokenPermuteWithRoutingMapAdjoint(bool dp, int64_t T, int64_t E, int64
   double B = 0;
   const double plhs = Dot(pprobs, gp, &B);
   const double prhs = Dot(probs, probs_grad);
-  EXPECT_NEAR(plhs, prhs, 2 * Bound(dt, 1) * B + 1e-30) << "<permutedProbs, gp> vs <probs, probsGrad>";
+  EXPECT_NEAR(plhs, prhs, 2 * Bound(wt, 1) * B + 1e-30) << "<permutedProbs, gp> vs <probs, probsGrad>";
 }
 
 TEST(Adjoint, TokenPermuteWithRoutingMapEveryModeAndDType) {
   uint64_t seed = 500;
-  for (DType dt : kFloats) {
+  for (const DTypes& dt : kEveryDTypes) {  // the probs in the tokens' dtype, then in their own
     for (DType map_dt : {DType::kInt8, DType::kBool}) {
       CheckTokenPermuteWithRoutingMapAdjoint(false, 11, 6, 37, 2, 0, map_dt, dt, Layout::kContiguous, seed++);
       CheckTokenPermuteWithRoutingMapAdjoint(false, 9, 8, 17, 8, 0, map_dt, dt, Layout::kPadded, seed++);
@@ -246,12 +261,14 @@ TEST(Adjoint, TokenPermuteWithRoutingMapEveryModeAndDType) {
     }
   }
   // Many tokens (several index blocks), long rows; capacity larger than the routed counts (padding rows).
-  CheckTokenPermuteWithRoutingMapAdjoint(false, 700, 16, 100, 4, 0, DType::kBool, DType::kFloat32, Layout::kContiguous,
-                                         seed++);
-  CheckTokenPermuteWithRoutingMapAdjoint(true, 700, 16, 100, 90, 0.1, DType::kInt8, DType::kBFloat16,
+  CheckTokenPermuteWithRoutingMapAdjoint(false, 700, 16, 100, 4, 0, DType::kBool, {DType::kFloat32, DType::kFloat32},
                                          Layout::kContiguous, seed++);
-  CheckTokenPermuteWithRoutingMapAdjoint(false, 5, 4, 1, 1, 0, DType::kInt8, DType::kFloat16, Layout::kContiguous,
-                                         seed++);
+  for (const DType probs : {DType::kBFloat16, DType::kFloat32}) {
+    CheckTokenPermuteWithRoutingMapAdjoint(true, 700, 16, 100, 90, 0.1, DType::kInt8, {DType::kBFloat16, probs},
+                                           Layout::kContiguous, seed++);
+  }
+  CheckTokenPermuteWithRoutingMapAdjoint(false, 5, 4, 1, 1, 0, DType::kInt8, {DType::kFloat16, DType::kFloat16},
+                                         Layout::kContiguous, seed++);
 }
 
 }  // namespace

@@ -162,18 +162,64 @@ const std::vector<BadCase>& Cases() {
        "gradY has dtype INT8 but must be FLOAT32, FLOAT16 or BFLOAT16"},
       {"gradY DOUBLE", Base::kNoScales, [](C& c) { c.grad_y = Float({4, 8}, DType::kFloat64); }, kBad, false,
        "gradY has dtype DOUBLE but must be FLOAT32, FLOAT16 or BFLOAT16"},
-      {"scales FLOAT16", Base::kDropless, [](C& c) { c.scales = Float({4, 2}, DType::kFloat16); }, kBad, false,
-       "scales has dtype FLOAT16 but gradY has BFLOAT16; all float tensors must share one dtype"},
+      // Two dtype groups: gradY, expandedX, bias and gradExpandedXOut (the tokens) share gradY's dtype; scales and
+      // gradScalesOut (the weights) share scales', whatever the tokens' is.
       {"expandedX FLOAT32", Base::kDropless, [](C& c) { c.expanded_x = Float({8, 8}, DType::kFloat32); }, kBad, false,
-       "expandedX has dtype FLOAT32 but gradY has BFLOAT16"},
+       "expandedX is FLOAT32 but gradY is BFLOAT16 (gradY, expandedX, bias and gradExpandedXOut share a dtype)"},
       {"bias FLOAT16", Base::kDropPad, [](C& c) { c.bias = Float({4, 8}, DType::kFloat16); }, kBad, false,
-       "bias has dtype FLOAT16 but gradY has BFLOAT16"},
+       "bias is FLOAT16 but gradY is BFLOAT16 (gradY, expandedX, bias and gradExpandedXOut share a dtype)"},
       {"gradExpandedXOut FLOAT32", Base::kNoScales, [](C& c) { c.grad_expanded_x = Float({8, 8}, DType::kFloat32); },
-       kBad, false, "gradExpandedXOut has dtype FLOAT32 but gradY has BFLOAT16"},
-      {"gradScalesOut FLOAT32", Base::kDropless, [](C& c) { c.grad_scales = Float({4, 2}, DType::kFloat32); }, kBad,
-       false, "gradScalesOut has dtype FLOAT32 but gradY has BFLOAT16"},
+       kBad, false, "gradExpandedXOut is FLOAT32 but gradY is BFLOAT16 (gradY, expandedX, bias and gradExpandedXOut"},
       {"expandedX INT8 without scales", Base::kNoScales, [](C& c) { c.expanded_x = Int({8, 8}, DType::kInt8); }, kBad,
-       false, "expandedX has dtype INT8 but gradY has BFLOAT16"},
+       false, "expandedX is INT8 but gradY is BFLOAT16 (gradY, expandedX, bias and gradExpandedXOut share a dtype)"},
+      {"tokens FLOAT16 but scales BFLOAT16 with a FLOAT16 bias", Base::kDropless,
+       [](C& c) {
+         c.grad_y = Float({4, 8}, DType::kFloat16);
+         c.bias = Float({3, 8}, DType::kFloat16);
+         c.grad_expanded_x = Float({8, 8}, DType::kFloat16);
+       },
+       kBad, false, "expandedX is BFLOAT16 but gradY is FLOAT16 (gradY, expandedX, bias and gradExpandedXOut share"},
+      {"gradScalesOut FLOAT32", Base::kDropless, [](C& c) { c.grad_scales = Float({4, 2}, DType::kFloat32); }, kBad,
+       false, "gradScalesOut is FLOAT32 but scales is BFLOAT16 (scales and gradScalesOut share a dtype)"},
+      {"scales FLOAT16", Base::kDropless, [](C& c) { c.scales = Float({4, 2}, DType::kFloat16); }, kBad, false,
+       "gradScalesOut is BFLOAT16 but scales is FLOAT16 (scales and gradScalesOut share a dtype)"},
+      {"scales FLOAT32, gradScalesOut FLOAT16", Base::kDropPad,
+       [](C& c) {
+         c.scales = Float({4, 2}, DType::kFloat32);
+         c.grad_scales = Float({4, 2}, DType::kFloat16);
+       },
+       kBad, false, "gradScalesOut is FLOAT16 but scales is FLOAT32 (scales and gradScalesOut share a dtype)"},
+      {"scales INT32", Base::kDropless, [](C& c) { c.scales = Int({4, 2}); }, kBad, false,
+       "scales has dtype INT32 but must be FLOAT32, FLOAT16 or BFLOAT16"},
+      {"scales DOUBLE", Base::kDropPad, [](C& c) { c.scales = Float({4, 2}, DType::kFloat64); }, kBad, false,
+       "scales has dtype DOUBLE but must be FLOAT32, FLOAT16 or BFLOAT16"},
+      {"the tokens' dtype is checked before the weights'", Base::kDropless,
+       [](C& c) {
+         c.bias = Float({3, 8}, DType::kFloat32);
+         c.grad_scales = Float({4, 2}, DType::kFloat16);
+       },
+       kBad, false, "bias is FLOAT32 but gradY is BFLOAT16"},
+      // --- accepted: the weights in a dtype of their own (every combination is valid) ---
+      {"scales and gradScalesOut FLOAT32 with BFLOAT16 tokens", Base::kDropless,
+       [](C& c) {
+         c.scales = Float({4, 2}, DType::kFloat32);
+         c.grad_scales = Float({4, 2}, DType::kFloat32);
+       },
+       ACLNN_SUCCESS, false, ""},
+      {"scales and gradScalesOut FLOAT16 with BFLOAT16 tokens", Base::kDropPad,
+       [](C& c) {
+         c.scales = Float({4, 2}, DType::kFloat16);
+         c.grad_scales = Float({4, 2}, DType::kFloat16);
+       },
+       ACLNN_SUCCESS, false, ""},
+      {"FLOAT32 tokens with BFLOAT16 scales", Base::kDropless,
+       [](C& c) {
+         c.grad_y = Float({4, 8}, DType::kFloat32);
+         c.expanded_x = Float({8, 8}, DType::kFloat32);
+         c.bias = Float({3, 8}, DType::kFloat32);
+         c.grad_expanded_x = Float({8, 8}, DType::kFloat32);
+       },
+       ACLNN_SUCCESS, false, ""},
       // --- accepted: arguments that are not used are not held to the rules of used ones ---
       {"gradScalesOut of any shape and dtype without scales", Base::kNoScales,
        [](C& c) { c.grad_scales = Int({3}, DType::kInt64); }, ACLNN_SUCCESS, false, ""},

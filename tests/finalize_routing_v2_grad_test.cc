@@ -1,6 +1,7 @@
 // MoeFinalizeRoutingV2Grad against the scalar reference (FinalizeRoutingV2GradTester) and against hand-computed values,
-// over hidden sizes, modes, optional arguments, dtypes, layouts, duplicated and unwritten rows, empty tensors,
-// SIMD targets and thread counts. docs/ops/finalize_routing_v2_grad.md is the contract.
+// over hidden sizes, modes, optional arguments, dtypes (the tokens' and the weights' apart), layouts, duplicated
+// and unwritten rows, empty tensors, SIMD targets and thread counts. docs/ops/finalize_routing_v2_grad.md is the
+// contract.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,12 +45,14 @@ std::vector<float> Values(const TestTensor& t) {
 // bias rows b0 = [1, 0], b1 = [0, 2], expertIdx = [0, 1, 1, 0]. Pair 0 is dropped, pairs 1..3 write row 1.
 //   gradExpandedX[1] = 2 * [1, 2] + 0.25 * [3, 4] - 1 * [3, 4] = [-0.25, 1]; the other rows are zero.
 //   gradScales = [b0.g0, (x1 + b1).g0, (x1 + b1).g1, (x1 + b0).g1] = [1, 4, 10, 5] with x1 = [2, -1].
-void HandComputed(int64_t mode, Layout layout, DType dtype) {
-  SCOPED_TRACE(::testing::Message() << "mode " << mode << " " << LayoutName(layout) << " " << DTypeName(dtype));
+// Every value is exact in every dtype: scales and gradScales may be in another dtype than the rest.
+void HandComputed(int64_t mode, Layout layout, DTypes d) {
+  SCOPED_TRACE(::testing::Message() << "mode " << mode << " " << LayoutName(layout) << " " << DTypesName(d));
+  const DType dtype = d.tokens;
   const std::vector<int64_t> rows_shape = mode == 1 ? std::vector<int64_t>{2, 2, 2} : std::vector<int64_t>{3, 2};
   TestTensor grad_y(dtype, {2, 2}, layout, 1), idx(DType::kInt32, {4}, layout, 2), x(dtype, rows_shape, layout, 3);
-  TestTensor scales(dtype, {2, 2}, layout, 4), expert(DType::kInt32, {2, 2}, layout, 5), bias(dtype, {2, 2}, layout, 6);
-  TestTensor gx(dtype, rows_shape, layout, 7), gs(dtype, {2, 2}, layout, 8);
+  TestTensor scales(d.weights, {2, 2}, layout, 4), expert(DType::kInt32, {2, 2}, layout, 5);
+  TestTensor bias(dtype, {2, 2}, layout, 6), gx(dtype, rows_shape, layout, 7), gs(d.weights, {2, 2}, layout, 8);
   Fill(grad_y, {1, 2, 3, 4});
   // Mode 0 with activeNum 3: value 3 is dropped. Mode 1: -1 is dropped; the rows are E * C = 4.
   FillI(idx, mode == 1 ? std::vector<int64_t>{-1, 1, 1, 1} : std::vector<int64_t>{3, 1, 1, 1});
@@ -89,7 +92,7 @@ void HandComputed(int64_t mode, Layout layout, DType dtype) {
 TEST(FinalizeRoutingV2Grad, HandComputed) {
   for (int64_t mode : {0, 1}) {
     for (Layout layout : kLayouts) {
-      for (DType dtype : kDTypes) HandComputed(mode, layout, dtype);
+      for (const DTypes& d : kEveryDTypes) HandComputed(mode, layout, d);
     }
   }
 }
@@ -113,6 +116,34 @@ TEST(FinalizeRoutingV2Grad, DuplicatesSumInAscendingPairOrder) {
   }
 }
 
+// Weights in a wider dtype than the tokens keep their precision. With tokens of unit roundoff u (2^-8 in bf16,
+// 2^-11 in fp16), gradY = expandedX = 1 + 2u and scale 1 + u (fp32; a tie that rounds to 1 in the tokens'
+// dtype): gradExpandedX = rne(1 + 3u + 2u^2) = 1 + 4u, where a scale rounded to the tokens' dtype first gives
+// 1 + 2u; gradScales = (1 + 2u)^2 = 1 + 4u + 4u^2 exactly in fp32, where a rounding to the tokens' gives 1 + 4u.
+TEST(FinalizeRoutingV2Grad, WeightsKeepTheirOwnPrecision) {
+  for (const DType tokens : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(tokens));
+    const float u = Epsilon(tokens) / 2;
+    TestTensor grad_y(tokens, {1, 1}), idx(DType::kInt32, {1}), x(tokens, {1, 1}), scales(DType::kFloat32, {1, 1});
+    TestTensor gx(tokens, {1, 1}), gs(DType::kFloat32, {1, 1});
+    grad_y.SetF(0, 1 + 2 * u);
+    x.SetF(0, 1 + 2 * u);
+    scales.SetF(0, 1 + u);
+    idx.SetI(0, 0);
+    ASSERT_EQ(grad_y.GetF(0), 1 + 2 * u);
+    FinalizeRoutingV2GradArgs a;
+    a.grad_y = grad_y;
+    a.expanded_row_idx = idx;
+    a.expanded_x = x.view();
+    a.scales = scales.view();
+    a.grad_expanded_x = gx;
+    a.grad_scales = gs.view();
+    ASSERT_TRUE(FinalizeRoutingV2Grad(a).ok());
+    EXPECT_EQ(gx.GetF(0), 1 + 4 * u);
+    EXPECT_EQ(gs.GetF(0), 1 + 4 * u + 4 * u * u);
+  }
+}
+
 TEST(FinalizeRoutingV2Grad, HiddenSizes) {
   int n = 0;
   for (int64_t H : {1, 3, 8, 17, 64, 100, 1031, 7168}) {
@@ -133,6 +164,28 @@ TEST(FinalizeRoutingV2Grad, HiddenSizes) {
   }
 }
 
+// Every (tokens, weights) dtype combination on each kernel path: one writer per row walked token by token
+// (contiguous, with and without a column tail) or element by element (strided), rows with several writers,
+// drop/pad mode, no scales (gradScalesOut untouched), scales without bias, and the aclnn API.
+TEST(FinalizeRoutingV2Grad, EveryDTypeCombination) {
+  int n = 0;
+  for (const DTypes& d : kEveryDTypes) {
+    ++n;
+    FinalizeRoutingV2GradTester().tokens(9).hidden(1000).topk(3).mode(0).bias(true).seed(n).Test(d);
+    FinalizeRoutingV2GradTester().tokens(9).hidden(256).topk(2).mode(0).seed(n).Test(d);
+    FinalizeRoutingV2GradTester().tokens(7).hidden(37).topk(3).mode(0).bias(true).layout(Layout::kPadded).seed(n)
+        .Test(d);
+    FinalizeRoutingV2GradTester().tokens(7).hidden(1031).topk(3).mode(0).active_num(15).bias(true).duplicates(true)
+        .seed(n).Test(d);
+    FinalizeRoutingV2GradTester().tokens(6).hidden(100).topk(2).mode(1).experts(3).capacity(3).bias(true)
+        .duplicates(true).layout(Layout::kTransposed).seed(n).Test(d);
+    FinalizeRoutingV2GradTester().tokens(6).hidden(64).topk(2).mode(1).experts(4).capacity(4).seed(n)
+        .api(Api::kAclnn).Test(d);
+    FinalizeRoutingV2GradTester().tokens(5).hidden(33).topk(2).scales(false).pass_grad_scales(true)
+        .pass_expanded_x(true).seed(n).Test(d);
+  }
+}
+
 // The model shapes of `moegrad bench` (Qwen3-30B-A3B, Mixtral-8x7B, DeepSeek-V3: H, E, K), a few tokens each.
 TEST(FinalizeRoutingV2Grad, ModelShapes) {
   const struct {
@@ -147,19 +200,23 @@ TEST(FinalizeRoutingV2Grad, ModelShapes) {
       FinalizeRoutingV2GradTester().tokens(3).hidden(m.H).topk(m.K).experts(std::min<int64_t>(m.E, 16)).capacity(2)
           .mode(1).bias(true).seed(n).Test(dtype);
     }
+    // Training's usual mix: bf16 tokens, fp32 routing weights.
+    FinalizeRoutingV2GradTester().tokens(3).hidden(m.H).topk(m.K).experts(m.E).mode(0).bias(true).seed(n)
+        .Test({DType::kBFloat16, DType::kFloat32});
   }
 }
 
-// The correctness sweep once more on every SIMD target this machine runs (determinism across targets is
-// checked separately, byte for byte).
+// The correctness sweep once more on every SIMD target this machine runs, in every dtype combination, with
+// rows of several writers and (mode 0) of one (determinism across targets is checked separately, byte for byte).
 TEST(FinalizeRoutingV2Grad, HiddenSizesEverySimdTarget) {
   const auto targets = ForEachSimdTarget([] {
     int n = 0;
     for (int64_t H : {1, 3, 17, 100, 1031}) {
-      for (DType dtype : kDTypes) {
+      for (const DTypes& d : kEveryDTypes) {
         ++n;
         FinalizeRoutingV2GradTester().tokens(5).hidden(H).topk(2).mode(n % 2).bias(true).duplicates(true)
-            .layout(n % 3 == 2 ? Layout::kTransposed : Layout::kContiguous).seed(n).Test(dtype);
+            .layout(n % 3 == 2 ? Layout::kTransposed : Layout::kContiguous).seed(n).Test(d);
+        FinalizeRoutingV2GradTester().tokens(5).hidden(H).topk(2).mode(0).bias(n % 2 == 0).seed(n).Test(d);
       }
     }
   });
@@ -193,7 +250,7 @@ TEST(FinalizeRoutingV2Grad, DropPadCapacities) {
           ++n;
           FinalizeRoutingV2GradTester().tokens(6).hidden(21).topk(E >= 3 ? 3 : 1).mode(1).experts(E).capacity(C)
               .active_num(n % 4 == 0 ? 5 : 0)  // ignored in mode 1
-              .scales(o.scales).bias(o.bias).duplicates(dup).seed(n).Test(kDTypes[n % 3]);
+              .scales(o.scales).bias(o.bias).duplicates(dup).seed(n).Test(kEveryDTypes[n % 9]);
         }
       }
     }
@@ -264,36 +321,36 @@ TEST(FinalizeRoutingV2Grad, DuplicatedAndUnwrittenRows) {
 
 TEST(FinalizeRoutingV2Grad, EmptyTensors) {
   int n = 0;
-  for (DType dtype : kDTypes) {
+  for (const DTypes& d : kEveryDTypes) {
     for (const Optionals& o : kOptionals) {
       for (int64_t mode : {0, 1}) {
         for (Api api : {Api::kCpp, Api::kAclnn}) {
           // R = 0 (mode 1 still zeroes its E * C rows), H = 0 (gradScales are empty sums: zero), K = 0.
           ++n;
           FinalizeRoutingV2GradTester().tokens(0).hidden(9).topk(o.scales ? 3 : 0).mode(mode).scales(o.scales)
-              .bias(o.bias).seed(n).api(api).Test(dtype);
+              .bias(o.bias).seed(n).api(api).Test(d);
           ++n;
           FinalizeRoutingV2GradTester().tokens(4).hidden(0).topk(2).mode(mode).scales(o.scales).bias(o.bias)
-              .duplicates(true).seed(n).api(api).Test(dtype);
+              .duplicates(true).seed(n).api(api).Test(d);
           ++n;
           FinalizeRoutingV2GradTester().tokens(4).hidden(6).topk(0).mode(mode).scales(o.scales).bias(o.bias)
-              .pass_grad_scales(true).seed(n).api(api).Test(dtype);
+              .pass_grad_scales(true).seed(n).api(api).Test(d);
           ++n;
           FinalizeRoutingV2GradTester().tokens(0).hidden(0).topk(0).mode(mode).scales(o.scales).bias(o.bias)
-              .seed(n).api(api).Test(dtype);
+              .seed(n).api(api).Test(d);
           // A single row (E = C = 1, or activeNum 1): most pairs dropped or all writing it.
           ++n;
           FinalizeRoutingV2GradTester().tokens(3).hidden(4).topk(2).mode(mode).experts(1).capacity(1)
               .active_num(mode == 0 ? 1 : 0).scales(o.scales).bias(o.bias).duplicates(true).seed(n).api(api)
-              .Test(dtype);
+              .Test(d);
         }
       }
     }
   }
 }
 
-// A random configuration: small sizes, every mode, optional argument, layout, dtype and API.
-FinalizeRoutingV2GradTester RandomTester(std::mt19937_64& rng, uint64_t seed, DType* dtype) {
+// A random configuration: small sizes, every mode, optional argument, layout, dtype of each group and API.
+FinalizeRoutingV2GradTester RandomTester(std::mt19937_64& rng, uint64_t seed, DTypes* dtypes) {
   auto pick = [&](int64_t lo, int64_t hi) {
     return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
   };
@@ -308,7 +365,8 @@ FinalizeRoutingV2GradTester RandomTester(std::mt19937_64& rng, uint64_t seed, DT
       .input_layout(kLayouts[pick(0, 2)]).output_layout(kLayouts[pick(0, 2)])
       .pass_expanded_x(pick(0, 1)).pass_grad_scales(pick(0, 1)).pass_expert_idx(pick(0, 1))
       .api(static_cast<Api>(pick(0, 2))).seed(seed);
-  *dtype = kDTypes[pick(0, 2)];
+  dtypes->tokens = kDTypes[pick(0, 2)];
+  dtypes->weights = kDTypes[pick(0, 2)];  // drawn apart: two in three cases mixed
   return t;
 }
 
@@ -316,8 +374,8 @@ FinalizeRoutingV2GradTester RandomTester(std::mt19937_64& rng, uint64_t seed, DT
 TEST(FinalizeRoutingV2Grad, RandomCases) {
   std::mt19937_64 rng(20240611);
   for (int n = 0; n < 10000 && !::testing::Test::HasFailure(); ++n) {  // one configuration's report is enough
-    DType dtype;
-    RandomTester(rng, 1000 + n, &dtype).Test(dtype);
+    DTypes dtypes;
+    RandomTester(rng, 1000 + n, &dtypes).Test(dtypes);
   }
 }
 
@@ -326,8 +384,8 @@ TEST(FinalizeRoutingV2Grad, RandomCasesEverySimdTarget) {
   int n = 0;
   ForEachSimdTarget([&] {
     for (int k = 0; k < 400 && !::testing::Test::HasFailure(); ++k) {
-      DType dtype;
-      RandomTester(rng, 50000 + ++n, &dtype).Test(dtype);
+      DTypes dtypes;
+      RandomTester(rng, 50000 + ++n, &dtypes).Test(dtypes);
     }
   });
 }
@@ -358,23 +416,32 @@ TEST(FinalizeRoutingV2Grad, BitIdenticalAcrossSimdTargetsAndThreads) {
   // No scales, mode 1 with many unwritten rows.
   FinalizeRoutingV2GradTester().tokens(40).hidden(1031).topk(2).mode(1).experts(16).capacity(8).scales(false)
       .seed(4).TestDeterminism(DType::kFloat32);
+  // Weights in another dtype than the tokens: the token walk (bf16 rows, fp32 weights) and rows of several
+  // writers (fp16 rows, bf16 weights; fp32 rows, fp16 weights).
+  FinalizeRoutingV2GradTester().tokens(160).hidden(1000).topk(4).mode(0).bias(true).seed(8)
+      .TestDeterminism({DType::kBFloat16, DType::kFloat32});
+  FinalizeRoutingV2GradTester().tokens(96).hidden(1031).topk(4).mode(0).bias(true).duplicates(true).seed(9)
+      .TestDeterminism({DType::kFloat16, DType::kBFloat16});
+  FinalizeRoutingV2GradTester().tokens(8).hidden(7168).topk(4).mode(1).experts(8).capacity(5).bias(true).seed(10)
+      .TestDeterminism({DType::kFloat32, DType::kFloat16});
 }
 
 // gradScales is summed in 16 partial sums (column j into partial j % 16, in column order), folded pairwise
 // (partial q + partial q + 8, then q + 4, q + 2, q + 1), on every SIMD target. Rounding exposes the order:
 // with terms 2^24 at column c, -2^24 at c + 4 and 1 at c + 8 (c % 16 < 4), the fold gives (2^24 + 1) + -2^24
 // = 0 (2^24 + 1 rounds to 2^24), where a left-to-right sum, or partials in another lane order, gives 1. The
-// same for the three dtypes, rows walked whole or in steps with a tail, strided rows (padded views, the
-// element-by-element path), and every thread count.
+// same for the three dtypes (and weights in another dtype than the rows), rows walked whole or in steps with a
+// tail, strided rows (padded views, the element-by-element path), and every thread count.
 TEST(FinalizeRoutingV2Grad, DotPartialSumsInTheDocumentedOrderOnEveryTarget) {
-  for (const DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+  for (const DTypes& d : {kEveryDTypes[0], kEveryDTypes[1], kEveryDTypes[2], DTypes{DType::kBFloat16, DType::kFloat32},
+                          DTypes{DType::kFloat16, DType::kBFloat16}, DTypes{DType::kFloat32, DType::kFloat16}}) {
     for (const auto& [hidden, layout] : {std::pair{int64_t{256}, Layout::kContiguous},
                                          std::pair{int64_t{200}, Layout::kContiguous},
                                          std::pair{int64_t{200}, Layout::kPadded}}) {
-      SCOPED_TRACE(std::string(DTypeName(dtype)) + " H " + std::to_string(hidden) + " " + LayoutName(layout));
+      SCOPED_TRACE(DTypesName(d) + " H " + std::to_string(hidden) + " " + LayoutName(layout));
       FinalizeRoutingV2GradCase c =
           FinalizeRoutingV2GradTester().tokens(24).hidden(hidden).topk(4).bias(true).layout(layout).seed(7)
-              .Build(dtype);
+              .Build(d);
       // gradY 2^12 everywhere, bias 0; pair i's expandedX row holds 2^12, -2^12 and 2^-12 (terms 2^24, -2^24,
       // 1) at columns c, c + 4, c + 8 with c = 16 * (i % 12) + i % 4 (a column past 128, the 16-bit token step,
       // for i % 12 >= 8), zero elsewhere. All of these are exact in every dtype.

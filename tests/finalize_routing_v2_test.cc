@@ -1,6 +1,6 @@
 // MoeFinalizeRoutingV2 against hand-computed values and, bit for bit, against the scalar reference: every
-// dropPadMode, optional x1 / x2 / scales / bias, dropped pairs, duplicated rows, dtypes, layouts, hidden sizes
-// with odd tails, empty tensors, both APIs, SIMD targets and thread counts. Contract:
+// dropPadMode, optional x1 / x2 / scales / bias, dropped pairs, duplicated rows, dtypes (scales' apart from the
+// rest), layouts, hidden sizes with odd tails, empty tensors, both APIs, SIMD targets and thread counts. Contract:
 // docs/ops/finalize_routing_v2.md.
 #include <gtest/gtest.h>
 
@@ -47,7 +47,9 @@ class FinalizeRoutingV2Tester {
   FinalizeRoutingV2Tester& api(Api v) { api_ = v; return *this; }
   FinalizeRoutingV2Tester& all_targets(bool v) { all_targets_ = v; return *this; }
 
-  void Test(DType dtype) const {
+  // scales in the dtype of the rest, or in its own.
+  void Test(DType dtype) const { Test(DTypes{dtype, dtype}); }
+  void Test(DTypes dtype) const {
     const Tensors in = Make(dtype);
     Tensors want = in;
     ref::FinalizeRoutingV2(Call(want).CppArgs());
@@ -75,7 +77,8 @@ class FinalizeRoutingV2Tester {
  private:
   bool drop_pad() const { return mode_ == 1 || mode_ == 3; }
 
-  Tensors Make(DType dtype) const {
+  Tensors Make(DTypes dtypes) const {
+    const DType dtype = dtypes.tokens;
     std::mt19937_64 rng(seed_);
     const int64_t pairs = R_ * K_;
     const int64_t rows = drop_pad() ? E_ * C_ : pairs;
@@ -85,7 +88,7 @@ class FinalizeRoutingV2Tester {
     t.x1 = TestTensor(dtype, {R_, H_}, in_, seed_ + 3);
     t.x2 = TestTensor(dtype, {R_, H_}, in_, seed_ + 4);
     t.bias = TestTensor(dtype, {E_, H_}, in_, seed_ + 5);
-    t.scales = TestTensor(dtype, {R_, K_}, in_, seed_ + 6);
+    t.scales = TestTensor(dtypes.weights, {R_, K_}, in_, seed_ + 6);
     t.expert = TestTensor(DType::kInt32, {R_, K_}, in_, seed_ + 7);
     t.out = TestTensor(dtype, {R_, H_}, out_, seed_ + 8);
     for (TestTensor* f : {&t.x, &t.x1, &t.x2, &t.bias, &t.scales}) f->FillUniform(rng);
@@ -123,8 +126,8 @@ class FinalizeRoutingV2Tester {
     return c;
   }
 
-  std::string Describe(DType dtype) const {
-    return std::string(" [") + DTypeName(dtype) + " mode=" + std::to_string(mode_) + " R=" + std::to_string(R_) +
+  std::string Describe(DTypes dtype) const {
+    return std::string(" [") + DTypesName(dtype) + " mode=" + std::to_string(mode_) + " R=" + std::to_string(R_) +
            " K=" + std::to_string(K_) + " H=" + std::to_string(H_) + " E=" + std::to_string(E_) +
            " C=" + std::to_string(C_) + (x1_ ? " x1" : "") + (x2_ ? " x2" : "") + (scales_ ? " scales" : "") +
            (bias_ ? " bias" : "") + (dup_ ? " dup" : "") + " drop=" + std::to_string(drop_) + " in=" +
@@ -147,11 +150,13 @@ class FinalizeRoutingV2Tester {
 //   no bias:   out[0] = [10,20] + 0.5*[5,6] + 2*[1,2] = [14.5, 27];  out[1] = [30,40] + [7,8] - [3,4] = [34, 44]
 //   bias, pair (0,1) dropped: out[0] = [10,20] + 0.5*[5,106] + 2*[100,0] = [212.5, 73]
 //                             out[1] = [30,40] + [7,108] - [103,4] = [-66, 144]
-void HandComputed(int64_t mode, DType dtype, Layout layout) {
-  SCOPED_TRACE(::testing::Message() << "mode " << mode << " " << DTypeName(dtype) << " " << LayoutName(layout));
+// (212.5 is not a bf16 value; the scales are exact in every dtype.)
+void HandComputed(int64_t mode, DTypes d, Layout layout) {
+  SCOPED_TRACE(::testing::Message() << "mode " << mode << " " << DTypesName(d) << " " << LayoutName(layout));
+  const DType dtype = d.tokens;
   const bool dp = mode == 1 || mode == 3;
   TestTensor x = dp ? TestTensor(dtype, {2, 2, 2}, layout, 1) : TestTensor(dtype, {4, 2}, layout, 1);
-  TestTensor idx(DType::kInt32, {4}, layout, 2), x1(dtype, {2, 2}, layout, 3), scales(dtype, {2, 2}, layout, 4);
+  TestTensor idx(DType::kInt32, {4}, layout, 2), x1(dtype, {2, 2}, layout, 3), scales(d.weights, {2, 2}, layout, 4);
   TestTensor bias(dtype, {2, 2}, layout, 5), expert(DType::kInt32, {2, 2}, layout, 6), out(dtype, {2, 2}, layout, 7);
   const float xv[] = {1, 2, 3, 4, 5, 6, 7, 8}, x1v[] = {10, 20, 30, 40}, sv[] = {0.5f, 2, 1, -1}, bv[] = {100, 0, 0, 100};
   for (int i = 0; i < 8; ++i) x.SetF(i, xv[i]);
@@ -184,7 +189,9 @@ void HandComputed(int64_t mode, DType dtype, Layout layout) {
 TEST(FinalizeRoutingV2, HandComputed) {
   for (int64_t mode : {0, 1, 2, 3}) {
     for (DType dt : {DType::kFloat32, DType::kFloat16}) {
-      for (Layout l : kLayouts) HandComputed(mode, dt, l);
+      for (DType w : kFloats) {
+        for (Layout l : kLayouts) HandComputed(mode, {dt, w}, l);
+      }
     }
   }
 }
@@ -207,6 +214,28 @@ TEST(FinalizeRoutingV2, RoundsOnce) {
   a.out = out;
   ASSERT_TRUE(FinalizeRoutingV2(a).ok());
   EXPECT_EQ(out.GetF(0), 1.0f + 1.0f / 128);
+}
+
+// fp32 scales with 16-bit rows keep their precision. With the rows' unit roundoff u (2^-8 in bf16, 2^-11 in
+// fp16), x = 1 + 2u and scale 1 + u (a tie that rounds to 1 in the rows' dtype): out = rne(1 + 3u + 2u^2) =
+// 1 + 4u, where a scale rounded to the rows' dtype first gives 1 + 2u.
+TEST(FinalizeRoutingV2, ScalesKeepTheirOwnPrecision) {
+  for (const DType rows : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(rows));
+    const float u = Epsilon(rows) / 2;
+    TestTensor x(rows, {1, 1}), idx(DType::kInt32, {1}), scales(DType::kFloat32, {1, 1}), out(rows, {1, 1});
+    x.SetF(0, 1 + 2 * u);
+    scales.SetF(0, 1 + u);
+    idx.SetI(0, 0);
+    FinalizeRoutingV2Args a;
+    a.expanded_x = x;
+    a.expanded_row_idx = idx;
+    a.scales = scales.view();
+    a.drop_pad_mode = 2;
+    a.out = out;
+    ASSERT_TRUE(FinalizeRoutingV2(a).ok());
+    EXPECT_EQ(out.GetF(0), 1 + 4 * u);
+  }
 }
 
 // Nothing at all to add (no x1 / x2, every pair dropped, no bias) gives +0.
@@ -239,6 +268,23 @@ TEST(FinalizeRoutingV2, ModesOptionalsAndHiddenSizes) {
               .Test(dt);
         }
       }
+    }
+  }
+}
+
+// Every (tokens, scales) dtype combination in every mode: with and without x1, x2 and bias, dropped and
+// duplicated rows, rows with and without a column tail, a strided layout and the aclnn API.
+TEST(FinalizeRoutingV2, EveryDTypeCombination) {
+  uint64_t seed = 600;
+  for (const DTypes& d : kEveryDTypes) {
+    for (int64_t mode : {0, 1, 2, 3}) {
+      for (int64_t H : {17, 1031}) {
+        FinalizeRoutingV2Tester().mode(mode).hidden(H).seed(seed++).Test(d);
+        FinalizeRoutingV2Tester().mode(mode).hidden(H).x1(true).x2(true).bias(true).duplicates(true).seed(seed++)
+            .Test(d);
+      }
+      FinalizeRoutingV2Tester().mode(mode).topk(9).hidden(40).x1(true).bias(true).layout(Layout::kPadded,
+          Layout::kTransposed).api(Api::kAclnn).seed(seed++).Test(d);
     }
   }
 }
@@ -305,6 +351,8 @@ TEST(FinalizeRoutingV2, EmptyTensors) {
   for (int64_t mode : {1, 3}) {
     FinalizeRoutingV2Tester().mode(mode).capacity(0).x1(true).bias(true).Test(DType::kFloat32);  // every pair dropped
     FinalizeRoutingV2Tester().mode(mode).experts(0).capacity(3).x1(true).Test(DType::kFloat16);
+    FinalizeRoutingV2Tester().mode(mode).tokens(0).x1(true).bias(true).Test({DType::kBFloat16, DType::kFloat32});
+    FinalizeRoutingV2Tester().mode(mode).topk(0).x1(true).Test({DType::kFloat32, DType::kFloat16});
   }
 }
 
@@ -336,6 +384,13 @@ TEST(FinalizeRoutingV2, BitIdenticalAcrossSimdTargetsAndThreads) {
       .all_targets(true).Test(DType::kBFloat16);
   FinalizeRoutingV2Tester().mode(1).tokens(40).topk(17).hidden(600).experts(6).capacity(120).x1(true).bias(true)
       .all_targets(true).Test(DType::kFloat16);
+  // scales in another dtype than the rows.
+  FinalizeRoutingV2Tester().mode(0).tokens(200).topk(4).hidden(1031).experts(8).x1(true).bias(true).all_targets(true)
+      .seed(11).Test({DType::kBFloat16, DType::kFloat32});
+  FinalizeRoutingV2Tester().mode(3).tokens(200).topk(4).hidden(1031).experts(8).capacity(110).x2(true).bias(true)
+      .all_targets(true).seed(12).Test({DType::kFloat16, DType::kBFloat16});
+  FinalizeRoutingV2Tester().mode(2).tokens(90).topk(2).hidden(77).layout(Layout::kPadded, Layout::kTransposed)
+      .all_targets(true).Test({DType::kFloat32, DType::kFloat16});
 }
 
 }  // namespace

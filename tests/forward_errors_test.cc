@@ -133,6 +133,32 @@ void CheckTable(const std::vector<ErrorRow<Args>>& rows, MakeCase make) {
   }
 }
 
+// `c` with its float tensors in the dtypes of their groups (OpInfo's DTypeGroup), inputs refilled.
+template <typename Args>
+Case<Args> WithDTypes(Case<Args> c, DTypes d) {
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < Case<Args>::kSlots; ++i) {
+    const TensorArg<Args>& arg = OpInfo<Args>::kTensors[i];
+    if (!c.t[i] || arg.group == DTypeGroup::kNone) continue;
+    c.t[i] = TestTensor(arg.group == DTypeGroup::kTokens ? d.tokens : d.weights, c.t[i]->sizes_vector());
+    if (arg.role == ArgRole::kInput) c.t[i]->FillUniform(rng);
+  }
+  return c;
+}
+
+// Every (tokens, weights) dtype combination of a valid case is valid, through both APIs.
+template <typename Args, typename MakeCase>
+void CheckEveryDTypeCombinationValid(MakeCase make) {
+  for (const DTypes& d : kEveryDTypes) {
+    SCOPED_TRACE(DTypesName(d));
+    Case<Args> c = WithDTypes(make(), d);
+    Outcome o = CppOutcome(c);
+    EXPECT_EQ(o.code, 0) << o.message;
+    o = AclOutcome(c);
+    EXPECT_EQ(o.code, 0) << o.message;
+  }
+}
+
 // --- MoeFinalizeRoutingV2: slots x, idx, x1, x2, bias, scales, expertIdx, out --------------------------------
 using FinalizeRoutingV2Case = Case<FinalizeRoutingV2Args>;
 constexpr int64_t kR = 4, kK = 2, kH = 5, kE = 3, kC = 3;
@@ -205,11 +231,25 @@ TEST(ForwardErrors, FinalizeRoutingV2) {
         {"bias 1-D", set(4, TestTensor(f32, {kE})), kInvalid, "bias must be 2-D", 1},
         {"x1 shape", set(2, TestTensor(f32, {kR, kH + 1})), kInvalid, "x1 has shape (4, 6) but must be (4, 5)", 1},
         {"x2 shape", set(3, TestTensor(f32, {kR + 1, kH})), kInvalid, "x2 has shape (5, 5) but must be (4, 5)", 1},
-        {"x1 dtype", set(2, TestTensor(f16, {kR, kH})), kInvalid, "x1 has dtype FLOAT16 but expandedX has FLOAT32", 1},
-        {"x2 dtype", set(3, TestTensor(DType::kBFloat16, {kR, kH})), kInvalid, "x2 has dtype BFLOAT16", 1},
-        {"bias dtype", set(4, TestTensor(f16, {kE, kH})), kInvalid, "bias has dtype FLOAT16", 1},
-        {"scales dtype", set(5, TestTensor(f16, {kR, kK})), kInvalid, "scales has dtype FLOAT16", 1},
-        {"out dtype", set(7, TestTensor(f16, {kR, kH})), kInvalid, "out has dtype FLOAT16 but expandedX has FLOAT32", 1},
+        // The tokens' group: expandedX, x1, x2, bias and out share expandedX's dtype; scales (the weights) has its
+        // own, any float dtype.
+        {"x1 dtype", set(2, TestTensor(f16, {kR, kH})), kInvalid,
+         "x1 is FLOAT16 but expandedX is FLOAT32 (expandedX, x1, x2, bias and out share a dtype)", 1},
+        {"x2 dtype", set(3, TestTensor(DType::kBFloat16, {kR, kH})), kInvalid,
+         "x2 is BFLOAT16 but expandedX is FLOAT32 (expandedX, x1, x2, bias and out share a dtype)", 1},
+        {"bias dtype", set(4, TestTensor(f16, {kE, kH})), kInvalid, "bias is FLOAT16 but expandedX is FLOAT32", 1},
+        {"out dtype", set(7, TestTensor(f16, {kR, kH})), kInvalid,
+         "out is FLOAT16 but expandedX is FLOAT32 (expandedX, x1, x2, bias and out share a dtype)", 1},
+        {"out dtype of FLOAT16 scales",
+         [](C& c) {
+           c.t[5] = TestTensor(DType::kFloat16, {kR, kK});
+           c.t[7] = TestTensor(DType::kFloat16, {kR, kH});
+         },
+         kInvalid, "out is FLOAT16 but expandedX is FLOAT32 (expandedX, x1, x2, bias and out share a dtype)", 1},
+        {"scales INT32", set(5, TestTensor(i32, {kR, kK})), kInvalid,
+         "scales has dtype INT32 but must be FLOAT32, FLOAT16 or BFLOAT16", 1},
+        {"scales DOUBLE", set(5, TestTensor(DType::kFloat64, {kR, kK})), kInvalid,
+         "scales has dtype DOUBLE but must be FLOAT32, FLOAT16 or BFLOAT16", 1},
         {"out aliases x1", [](C& c) { c.source[7] = 2; }, kInvalid, "out overlaps x1", 1},
         {"out aliases expandedX", [](C& c) { c.t[7] = c.t[2]; c.source[7] = 0;
            c.tweak = [](int i, TensorView* v) { if (i == 7) { v->sizes[0] = kR; v->sizes[1] = kH; v->rank = 2; v->strides[0] = kH; v->strides[1] = 1; } }; },
@@ -234,6 +274,13 @@ TEST(ForwardErrors, FinalizeRoutingV2) {
       table.push_back({"index -1 without drops", idx_value(2, -1), kInvalid, "expandedRowIdx[2] = -1 is outside [0, 8)", 2});
     }
     CheckTable(table, [mode] { return FinalizeRoutingV2Base(mode); });
+  }
+}
+
+TEST(ForwardErrors, FinalizeRoutingV2ValidCallsSucceed) {
+  for (int64_t mode : {0, 1, 2, 3}) {
+    SCOPED_TRACE("dropPadMode " + std::to_string(mode));
+    CheckEveryDTypeCombinationValid<FinalizeRoutingV2Args>([mode] { return FinalizeRoutingV2Base(mode); });
   }
 }
 
@@ -286,8 +333,11 @@ TEST(ForwardErrors, TokenPermuteWithRoutingMap) {
          "routingMap has dtype INT32 but must be INT8 or BOOL", 1},
         {"routingMap FLOAT32", set(1, TestTensor(f32, {kT, kPE})), kInvalid, "routingMap has dtype FLOAT32", 1},
         {"probs shape", set(2, TestTensor(f32, {kT, kPE + 1})), kInvalid, "probs has shape (5, 5) but must be (5, 4)", 1},
+        // Two dtype groups: tokens and permuteTokensOut; probs and permuteProbsOut, whatever the tokens' dtype is.
         {"probs dtype", set(2, TestTensor(DType::kFloat16, {kT, kPE})), kInvalid,
-         "probs has dtype FLOAT16 but tokens has FLOAT32", 1},
+         "permuteProbsOut is FLOAT32 but probs is FLOAT16 (probs and permuteProbsOut share a dtype)", 1},
+        {"probs INT8", set(2, TestTensor(DType::kInt8, {kT, kPE})), kInvalid,
+         "probs has dtype INT8 but must be FLOAT32, FLOAT16 or BFLOAT16", 1},
         {"numOutTokens -1", [](C& c) { c.attrs[0] = -1; }, kInvalid,
          "numOutTokens = -1 is outside [0, T*E] = [0, 20]", 1},
         {"numOutTokens > T*E", [](C& c) { c.attrs[0] = kT * kPE + 1; }, kInvalid, "numOutTokens = 21 is outside", 1},
@@ -296,9 +346,24 @@ TEST(ForwardErrors, TokenPermuteWithRoutingMap) {
         {"permuteTokensOut rows", set(3, TestTensor(f32, {n + 1, kPH})), kInvalid, "permuteTokensOut has shape", 1},
         {"permuteTokensOut H", set(3, TestTensor(f32, {n, kPH + 1})), kInvalid, "permuteTokensOut has shape", 1},
         {"permuteTokensOut dtype", set(3, TestTensor(DType::kBFloat16, {n, kPH})), kInvalid,
-         "permuteTokensOut has dtype BFLOAT16 but tokens has FLOAT32", 1},
+         "permuteTokensOut is BFLOAT16 but tokens is FLOAT32 (tokens and permuteTokensOut share a dtype)", 1},
+        {"permuteTokensOut dtype of BFLOAT16 probs",
+         [n](C& c) {
+           c.t[2] = TestTensor(DType::kBFloat16, {kT, kPE});
+           c.t[3] = TestTensor(DType::kBFloat16, {n, kPH});
+           c.t[4] = TestTensor(DType::kBFloat16, {n});
+         },
+         kInvalid, "permuteTokensOut is BFLOAT16 but tokens is FLOAT32 (tokens and permuteTokensOut share a dtype)", 1},
         {"permuteProbsOut shape", set(4, TestTensor(f32, {n, 1})), kInvalid, "permuteProbsOut has shape", 1},
-        {"permuteProbsOut dtype", set(4, TestTensor(DType::kFloat16, {n})), kInvalid, "permuteProbsOut has dtype FLOAT16", 1},
+        {"permuteProbsOut dtype", set(4, TestTensor(DType::kFloat16, {n})), kInvalid,
+         "permuteProbsOut is FLOAT16 but probs is FLOAT32 (probs and permuteProbsOut share a dtype)", 1},
+        {"permuteProbsOut dtype of BFLOAT16 tokens",
+         [n](C& c) {
+           c.t[0] = TestTensor(DType::kBFloat16, {kT, kPH});
+           c.t[3] = TestTensor(DType::kBFloat16, {n, kPH});
+           c.t[4] = TestTensor(DType::kBFloat16, {n});
+         },
+         kInvalid, "permuteProbsOut is BFLOAT16 but probs is FLOAT32 (probs and permuteProbsOut share a dtype)", 1},
         {"sortedIndicesOut shape", set(5, TestTensor(DType::kInt32, {n + 2})), kInvalid, "sortedIndicesOut has shape", 1},
         {"sortedIndicesOut INT64", set(5, TestTensor(DType::kInt64, {n})), kInvalid,
          "sortedIndicesOut has dtype INT64 but must be INT32", 1},
@@ -342,6 +407,13 @@ TEST(ForwardErrors, TokenPermuteWithRoutingMap) {
                        kInvalid, "routingMap row 0 has 2 routed entries but dropless mode needs exactly K = numOutTokens / T = 0 / 5 = 0", 2});
     }
     CheckTable(table, [dp] { return TokenPermuteWithRoutingMapBase(dp); });
+  }
+}
+
+TEST(ForwardErrors, TokenPermuteWithRoutingMapValidCallsSucceed) {
+  for (bool dp : {false, true}) {
+    SCOPED_TRACE(dp ? "drop-and-pad" : "dropless");
+    CheckEveryDTypeCombinationValid<TokenPermuteWithRoutingMapArgs>([dp] { return TokenPermuteWithRoutingMapBase(dp); });
   }
 }
 

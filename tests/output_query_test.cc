@@ -135,7 +135,10 @@ std::vector<Call<FinalizeRoutingV2GradArgs>> FinalizeRoutingV2GradCalls() {
     for (int64_t R : {0, 4}) {
       for (int64_t K : {1, 3}) {
         for (int variant = 0; variant < 4; ++variant) {  // 0 bare, 1 expandedX, 2 scales, 3 scales + bias
-          for (DType f : {kF32, kBF16}) {
+          // The tokens' dtype f and, with scales, the weights' w: the same, or another.
+          for (const auto& [f, w] : {std::pair{kF32, kF32}, std::pair{kBF16, kBF16}, std::pair{kBF16, kF32},
+                                     std::pair{kF32, kF16}}) {
+            if (variant < 2 && f != w) continue;
             Call<FinalizeRoutingV2GradArgs> c;
             const int64_t active = mode == 0 && variant == 1 && R * K > 2 ? R * K - 2 : 0;
             const int64_t rows = active > 0 ? active : R * K;
@@ -145,7 +148,7 @@ std::vector<Call<FinalizeRoutingV2GradArgs>> FinalizeRoutingV2GradCalls() {
             if (variant >= 1) {
               c.Set("expandedX", mode == 1 ? TestTensor(f, {E, C, H}) : TestTensor(f, {rows, H}));
             }
-            if (variant >= 2) c.Set("scales", TestTensor(f, {R, K}));
+            if (variant >= 2) c.Set("scales", TestTensor(w, {R, K}));
             if (variant == 3) {
               c.Set("expertIdx", TestTensor(kI32, {R, K}));
               for (int64_t i = 0; i < R * K; ++i) c["expertIdx"]->SetI(i, 0);
@@ -153,7 +156,7 @@ std::vector<Call<FinalizeRoutingV2GradArgs>> FinalizeRoutingV2GradCalls() {
             }
             c.attrs = {mode, active, mode == 1 ? E : 0, mode == 1 ? C : 0};
             c.what = "mode " + std::to_string(mode) + " R " + std::to_string(R) + " K " + std::to_string(K) +
-                     " variant " + std::to_string(variant) + " " + DTypeName(f);
+                     " variant " + std::to_string(variant) + " " + DTypesName({f, w});
             calls.push_back(c);
           }
         }
@@ -171,21 +174,23 @@ std::vector<Call<TokenPermuteWithRoutingMapGradArgs>> TokenPermuteWithRoutingMap
       for (int64_t E : {1, 4}) {
         for (int64_t k_or_c : {0, 1, 3}) {
           if (!dp && k_or_c > E) continue;
-          for (bool probs : {false, true}) {
+          for (int probs_dtype = 0; probs_dtype < 3; ++probs_dtype) {  // none, FLOAT16 (the tokens'), FLOAT32
+            const bool probs = probs_dtype > 0;
             Call<TokenPermuteWithRoutingMapGradArgs> c;
             const int64_t N = dp ? E * k_or_c : T * k_or_c;
             const int64_t H = 6;
             c.Set("permutedTokenOutputGrad", TestTensor(kF16, {N, H}, Layout::kPadded));
             c.Set("sortedIndices", TestTensor(kI32, {N}));
             for (int64_t i = 0; i < N; ++i) c["sortedIndices"]->SetI(i, 0);
-            if (probs) c.Set("permutedProbsOutputGrad", TestTensor(kF16, {N}));
+            if (probs) c.Set("permutedProbsOutputGrad", TestTensor(probs_dtype == 1 ? kF16 : kF32, {N}));
             if (probs && !dp) {
               c.Set("routingMap", TestTensor(DType::kBool, {T, E}));
               SetRoutingMap(*c["routingMap"], RandomRouting(T, E, false, k_or_c, 0, rng));
             }
             c.attrs = {E, T, dp ? 1 : 0};
             c.what = std::string(dp ? "drop-and-pad" : "dropless") + " T " + std::to_string(T) + " E " +
-                     std::to_string(E) + " K/C " + std::to_string(k_or_c) + (probs ? " probs" : "");
+                     std::to_string(E) + " K/C " + std::to_string(k_or_c) + (probs ? " probs" : "") +
+                     (probs_dtype == 2 ? " FLOAT32" : "");
             calls.push_back(c);
           }
         }
@@ -210,7 +215,8 @@ std::vector<Call<FinalizeRoutingV2Args>> FinalizeRoutingV2Calls() {
         c.Set("expandedX", dp ? TestTensor(kF32, {E, C, H}) : TestTensor(kF32, {R * K, H}, Layout::kTransposed));
         c.Set("expandedRowIdx", TestTensor(kI32, {R * K}));
         for (int64_t i = 0; i < R * K; ++i) c["expandedRowIdx"]->SetI(i, 0);
-        if (r_from & 1) c.Set("scales", TestTensor(kF32, {R, K}));
+        // scales in the rows' dtype, or (odd modes) in another.
+        if (r_from & 1) c.Set("scales", TestTensor(mode % 2 == 0 ? kF32 : kBF16, {R, K}));
         if (r_from & 2) c.Set("x1", TestTensor(kF32, {R, H}));
         if (r_from & 4) c.Set("x2", TestTensor(kF32, {R, H}));
         if (r_from & 8) {
@@ -234,16 +240,17 @@ std::vector<Call<TokenPermuteWithRoutingMapArgs>> TokenPermuteWithRoutingMapCall
     for (int64_t T : {0, 4}) {
       for (int64_t k_or_c : {0, 2}) {
         if (dp && T == 0 && k_or_c > 0) continue;  // E*C rows, more than T*E = 0
-        for (bool probs : {false, true}) {
+        for (int probs_dtype = 0; probs_dtype < 3; ++probs_dtype) {  // none, BFLOAT16 (the tokens'), FLOAT32
+          const bool probs = probs_dtype > 0;
           const int64_t E = 3;
           Call<TokenPermuteWithRoutingMapArgs> c;
           c.Set("tokens", TestTensor(kBF16, {T, 8}, Layout::kPadded));
           c.Set("routingMap", TestTensor(DType::kInt8, {T, E}));
           SetRoutingMap(*c["routingMap"], RandomRouting(T, E, dp, k_or_c, 0.5, rng));
-          if (probs) c.Set("probs", TestTensor(kBF16, {T, E}));
+          if (probs) c.Set("probs", TestTensor(probs_dtype == 1 ? kBF16 : kF32, {T, E}));
           c.attrs = {dp ? E * k_or_c : T * k_or_c, dp ? 1 : 0};
           c.what = std::string(dp ? "drop-and-pad" : "dropless") + " T " + std::to_string(T) + " K/C " +
-                   std::to_string(k_or_c) + (probs ? " probs" : "");
+                   std::to_string(k_or_c) + (probs ? " probs" : "") + (probs_dtype == 2 ? " FLOAT32" : "");
           calls.push_back(c);
         }
       }
@@ -334,6 +341,9 @@ TEST(OutputQuery, FinalizeRoutingV2GradErrorsAreThoseOfPhaseOne) {
       {"bias columns", [](C& c) { c.Set("bias", TestTensor(kF32, {3, 4})); }},
       {"expandedX rows", [](C& c) { c.Set("expandedX", TestTensor(kF32, {5, 5})); }},
       {"expandedX dtype", [](C& c) { c.Set("expandedX", TestTensor(kF16, {4, 5})); }},
+      {"bias dtype", [](C& c) { c.Set("bias", TestTensor(kBF16, {3, 5})); }},
+      {"scales INT32", [](C& c) { c.Set("scales", TestTensor(kI32, {4, 1})); }},
+      {"scales DOUBLE", [](C& c) { c.Set("scales", TestTensor(DType::kFloat64, {4, 1})); }},
       {"no expandedX with scales", [](C& c) { c["expandedX"].reset(); }},
       {"bias without expertIdx", [](C& c) { c["expertIdx"].reset(); }},
   });
@@ -352,7 +362,8 @@ TEST(OutputQuery, TokenPermuteWithRoutingMapGradErrorsAreThoseOfPhaseOne) {
       {"grad 1-D", [](C& c) { c.Set("permutedTokenOutputGrad", TestTensor(kF16, {15})); }},
       {"grad INT32", [](C& c) { c.Set("permutedTokenOutputGrad", TestTensor(kI32, {15, 6})); }},
       {"sortedIndices rows", [](C& c) { c.Set("sortedIndices", TestTensor(kI32, {14})); }},
-      {"probs grad dtype", [](C& c) { c.Set("permutedProbsOutputGrad", TestTensor(kF32, {15})); }},
+      {"probs grad INT32", [](C& c) { c.Set("permutedProbsOutputGrad", TestTensor(kI32, {15})); }},
+      {"probs grad DOUBLE", [](C& c) { c.Set("permutedProbsOutputGrad", TestTensor(DType::kFloat64, {15})); }},
       {"routingMap shape", [](C& c) { c.Set("routingMap", TestTensor(DType::kBool, {5, 3})); }},
       {"routingMap FLOAT32", [](C& c) { c.Set("routingMap", TestTensor(kF32, {5, 4})); }},
       {"no routingMap", [](C& c) { c["routingMap"].reset(); }},
@@ -373,7 +384,8 @@ TEST(OutputQuery, FinalizeRoutingV2ErrorsAreThoseOfPhaseOne) {
       {"bias columns", [](C& c) { c.Set("bias", TestTensor(kF32, {2, 4})); }},
       {"x1 shape", [](C& c) { c.Set("x1", TestTensor(kF32, {3, 4})); }},
       {"x2 dtype", [](C& c) { c.Set("x2", TestTensor(kF16, {3, 3})); }},
-      {"scales dtype", [](C& c) { c.Set("scales", TestTensor(kBF16, {3, 2})); }},
+      {"bias dtype", [](C& c) { c.Set("bias", TestTensor(kF16, {2, 3})); }},
+      {"scales INT32", [](C& c) { c.Set("scales", TestTensor(kI32, {3, 2})); }},
       {"bias without expertIdx", [](C& c) { c["expertIdx"].reset(); }},
   });
 }
@@ -392,7 +404,8 @@ TEST(OutputQuery, TokenPermuteWithRoutingMapErrorsAreThoseOfPhaseOne) {
       {"routingMap rows", [](C& c) { c.Set("routingMap", TestTensor(DType::kInt8, {5, 3})); }},
       {"routingMap INT32", [](C& c) { c.Set("routingMap", TestTensor(kI32, {4, 3})); }},
       {"probs shape", [](C& c) { c.Set("probs", TestTensor(kBF16, {4, 2})); }},
-      {"probs dtype", [](C& c) { c.Set("probs", TestTensor(kF32, {4, 3})); }},
+      {"probs INT32", [](C& c) { c.Set("probs", TestTensor(kI32, {4, 3})); }},
+      {"probs BOOL", [](C& c) { c.Set("probs", TestTensor(DType::kBool, {4, 3})); }},
   });
 }
 

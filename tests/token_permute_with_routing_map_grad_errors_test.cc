@@ -202,9 +202,18 @@ std::vector<ErrorCase> Cases() {
        kBad, "permutedProbsOutputGrad has 9 rows but permutedTokenOutputGrad has 8"},
       {"permutedProbsOutputGrad 2-D", true, [=](Call& c) { shape(&*c.args.permuted_probs_output_grad, {6, 1}); },
        kBad, "permutedProbsOutputGrad must be 1-D but has shape (6, 1)"},
+      // Two dtype groups: permutedTokenOutputGrad and tokensGradOut (the tokens); permutedProbsOutputGrad and
+      // probsGradOut (the probs), whatever the tokens' dtype is.
       {"permutedProbsOutputGrad FLOAT16", false,
        [](Call& c) { c.args.permuted_probs_output_grad->dtype = DType::kFloat16; }, kBad,
-       "permutedProbsOutputGrad has dtype FLOAT16 but permutedTokenOutputGrad has FLOAT32"},
+       "probsGradOut is FLOAT32 but permutedProbsOutputGrad is FLOAT16 (permutedProbsOutputGrad and probsGradOut share "
+       "a dtype)"},
+      {"permutedProbsOutputGrad INT32", true,
+       [](Call& c) { c.args.permuted_probs_output_grad->dtype = DType::kInt32; }, kBad,
+       "permutedProbsOutputGrad has dtype INT32 but must be FLOAT32, FLOAT16 or BFLOAT16"},
+      {"permutedProbsOutputGrad BOOL", false,
+       [](Call& c) { c.args.permuted_probs_output_grad->dtype = DType::kBool; }, kBad,
+       "permutedProbsOutputGrad has dtype BOOL but must be FLOAT32, FLOAT16 or BFLOAT16"},
       {"dropless rows not a multiple of tokensNum", false, [](Call& c) { c.args.tokens_num = 3; }, kBad,
        "permutedTokenOutputGrad has 8 rows, not a multiple of tokensNum = 3"},
       {"drop-and-pad rows not a multiple of numExperts", true, [](Call& c) { c.args.num_experts = 4; }, kBad,
@@ -227,11 +236,28 @@ std::vector<ErrorCase> Cases() {
       {"tokensGradOut 3-D", false, [=](Call& c) { shape(&c.args.tokens_grad, {T, H, 1}); }, kBad,
        "tokensGradOut has shape (4, 5, 1) but must be (4, 5)"},
       {"tokensGradOut BFLOAT16", true, [](Call& c) { c.args.tokens_grad.dtype = DType::kBFloat16; }, kBad,
-       "tokensGradOut has dtype BFLOAT16 but permutedTokenOutputGrad has FLOAT32"},
+       "tokensGradOut is BFLOAT16 but permutedTokenOutputGrad is FLOAT32 (permutedTokenOutputGrad and tokensGradOut "
+       "share a dtype)"},
+      {"tokensGradOut FLOAT32 with FLOAT16 tokens and probs", false,
+       [](Call& c) {
+         c.args.permuted_token_output_grad.dtype = DType::kFloat16;
+         c.args.permuted_probs_output_grad->dtype = DType::kFloat16;
+         c.args.probs_grad->dtype = DType::kFloat16;
+       },
+       kBad, "tokensGradOut is FLOAT32 but permutedTokenOutputGrad is FLOAT16 (permutedTokenOutputGrad and "
+       "tokensGradOut share a dtype)"},
       {"probsGradOut shape", false, [=](Call& c) { shape(&*c.args.probs_grad, {T, E + 2}); }, kBad,
        "probsGradOut has shape (4, 5) but must be (4, 3)"},
       {"probsGradOut FLOAT16", true, [](Call& c) { c.args.probs_grad->dtype = DType::kFloat16; }, kBad,
-       "probsGradOut has dtype FLOAT16 but permutedTokenOutputGrad has FLOAT32"},
+       "probsGradOut is FLOAT16 but permutedProbsOutputGrad is FLOAT32 (permutedProbsOutputGrad and probsGradOut share "
+       "a dtype)"},
+      {"probsGradOut BFLOAT16 with BFLOAT16 tokens", false,
+       [](Call& c) {
+         c.args.permuted_token_output_grad.dtype = DType::kBFloat16;
+         c.args.tokens_grad.dtype = DType::kBFloat16;
+         c.args.probs_grad->dtype = DType::kBFloat16;
+       },
+       kBad, "probsGradOut is BFLOAT16 but permutedProbsOutputGrad is FLOAT32"},
       // Outputs sharing memory with inputs or each other.
       {"tokensGradOut on permutedTokenOutputGrad", false,
        [](Call& c) { c.args.tokens_grad.data = c.buf[kGrad].data(); }, kBad,
@@ -275,11 +301,20 @@ std::vector<ErrorCase> Cases() {
   };
 }
 
+// The base calls, and the probs (with their gradient) in every dtype against the tokens' (every combination is
+// valid).
 TEST(TokenPermuteWithRoutingMapGradErrors, ValidCallsSucceed) {
   for (bool dp : {false, true}) {
-    Call c(dp);
-    EXPECT_EQ(RunCpp(c).status, 0) << RunCpp(c).message;
-    EXPECT_EQ(RunAcl(c).status, 0) << aclGetRecentErrMsg();
+    for (const testing::DTypes& d : testing::kEveryDTypes) {
+      SCOPED_TRACE(testing::DTypesName(d) + (dp ? " drop-and-pad" : " dropless"));
+      Call c(dp);
+      c.args.permuted_token_output_grad.dtype = c.args.tokens_grad.dtype = d.tokens;
+      c.args.permuted_probs_output_grad->dtype = c.args.probs_grad->dtype = d.weights;
+      Outcome o = RunCpp(c);
+      EXPECT_EQ(o.status, 0) << o.message;
+      o = RunAcl(c);
+      EXPECT_EQ(o.status, 0) << o.message;
+    }
   }
 }
 

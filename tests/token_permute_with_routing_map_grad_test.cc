@@ -1,6 +1,7 @@
 // MoeTokenPermuteWithRoutingMapGrad against the scalar reference, bit for bit: both modes, with and without
 // probs, INT8 and BOOL maps, odd hidden sizes, strided views, index data as a forward pass makes it and
-// arbitrary (duplicates, tokens nothing routes to), both APIs, every SIMD target and thread count.
+// arbitrary (duplicates, tokens nothing routes to), every dtype of the tokens and of the probs, both APIs,
+// every SIMD target and thread count.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -24,7 +25,10 @@ namespace {
 
 using testing::Api;
 using testing::ApiName;
+using testing::DTypes;
+using testing::DTypesName;
 using testing::ElementBits;
+using testing::kEveryDTypes;
 using testing::Layout;
 using testing::LayoutName;
 using testing::TestCall;
@@ -59,7 +63,9 @@ class TokenPermuteWithRoutingMapGradTester {
 
   int64_t rows() const { return dp_ ? E_ * C_ : T_ * K_; }
 
-  void Test(DType dtype) const {
+  // Tokens and probs (with their gradients) in one dtype, or each in its own.
+  void Test(DType dtype) const { Test(DTypes{dtype, dtype}); }
+  void Test(DTypes dtype) const {
     Tensors in = Make(dtype);
     Tensors want = in;
     ref::TokenPermuteWithRoutingMapGrad(Call(want).CppArgs());
@@ -80,7 +86,7 @@ class TokenPermuteWithRoutingMapGradTester {
     if (!all_targets_) return check("");
     const auto targets =
         testing::ForEachThreadCountAndSimdTarget([&](int threads) { check(" threads=" + std::to_string(threads)); });
-    if (dtype == DType::kFloat32) {
+    if (dtype.tokens == DType::kFloat32 && dtype.weights == DType::kFloat32) {
       std::string names;
       for (const auto& n : targets) names += " " + n;
       ::testing::Test::RecordProperty("simd_targets", names);
@@ -88,18 +94,18 @@ class TokenPermuteWithRoutingMapGradTester {
   }
 
  private:
-  Tensors Make(DType dtype) const {
+  Tensors Make(DTypes dtype) const {
     const int64_t N = rows();
     std::mt19937_64 rng(seed_);
     Tensors t;
-    t.grad = TestTensor(dtype, {N, H_}, in_layout_, seed_ + 1);
+    t.grad = TestTensor(dtype.tokens, {N, H_}, in_layout_, seed_ + 1);
     t.grad.FillUniform(rng);
-    t.probs_in = TestTensor(dtype, {N}, in_layout_, seed_ + 2);
+    t.probs_in = TestTensor(dtype.weights, {N}, in_layout_, seed_ + 2);
     t.probs_in.FillUniform(rng);
     t.idx = TestTensor(DType::kInt32, {N}, in_layout_, seed_ + 3);
     t.map = TestTensor(map_dtype_, {T_, E_}, in_layout_, seed_ + 4);
-    t.tokens_grad = TestTensor(dtype, {T_, H_}, out_layout_, seed_ + 5);
-    t.probs_grad = TestTensor(dtype, {T_, E_}, out_layout_, seed_ + 6);
+    t.tokens_grad = TestTensor(dtype.tokens, {T_, H_}, out_layout_, seed_ + 5);
+    t.probs_grad = TestTensor(dtype.weights, {T_, E_}, out_layout_, seed_ + 6);
     std::vector<uint8_t> routed(static_cast<size_t>(T_ * E_), 0);
     std::vector<int64_t> order(static_cast<size_t>(std::max(T_, E_)));
     if (!dp_ && indices_ == Indices::kForward) {
@@ -170,8 +176,8 @@ class TokenPermuteWithRoutingMapGradTester {
     return c;
   }
 
-  std::string Describe(DType dtype) const {
-    return std::string(" [") + DTypeName(dtype) + " T=" + std::to_string(T_) + " E=" + std::to_string(E_) +
+  std::string Describe(DTypes dtype) const {
+    return std::string(" [") + DTypesName(dtype) + " T=" + std::to_string(T_) + " E=" + std::to_string(E_) +
            " H=" + std::to_string(H_) + (dp_ ? " dropAndPad C=" + std::to_string(C_) : " K=" + std::to_string(K_)) +
            (probs_ ? " probs" : "") + (extras_ ? " extras" : "") + " map=" + DTypeName(map_dtype_) +
            " in=" + LayoutName(in_layout_) + " out=" + LayoutName(out_layout_) +
@@ -200,6 +206,26 @@ TEST(TokenPermuteWithRoutingMapGrad, HiddenSizes) {
       TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(3).experts(2).capacity(5).hidden(H)
           .indices(Indices::kRandom).seed(H + 1).Test(dt);
     }
+  }
+}
+
+// Every (tokens, probs) dtype combination: both modes, forward and arbitrary indices, strided views, several
+// probsGrad blocks, no probs (probsGradOut untouched), both APIs.
+TEST(TokenPermuteWithRoutingMapGrad, EveryDTypeCombination) {
+  uint64_t seed = 70;
+  for (const DTypes& d : kEveryDTypes) {
+    TokenPermuteWithRoutingMapGradTester().tokens(9).experts(6).topk(3).hidden(100).seed(++seed).Test(d);
+    TokenPermuteWithRoutingMapGradTester().tokens(8).experts(5).topk(2).hidden(17).indices(Indices::kRandom)
+        .in_layout(Layout::kPadded).out_layout(Layout::kTransposed).seed(++seed).Test(d);
+    TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(7).experts(4).capacity(3).hidden(33)
+        .map_dtype(DType::kBool).api(Api::kAclnn).seed(++seed).Test(d);
+    TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(5).experts(3).capacity(7).hidden(8)
+        .indices(Indices::kRandom).in_layout(Layout::kTransposed).seed(++seed).Test(d);
+    TokenPermuteWithRoutingMapGradTester().tokens(300).experts(70).topk(4).hidden(3).seed(++seed).Test(d);
+    TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(300).experts(9).capacity(40).hidden(3)
+        .seed(++seed).Test(d);
+    TokenPermuteWithRoutingMapGradTester().tokens(6).experts(4).topk(2).hidden(21).probs(false).extras(true)
+        .seed(++seed).Test(d);
   }
 }
 
@@ -251,7 +277,7 @@ TEST(TokenPermuteWithRoutingMapGrad, DuplicatesAndTokensNothingRoutesTo) {
 }
 
 TEST(TokenPermuteWithRoutingMapGrad, EmptyTensors) {
-  for (DType dt : kFloats) {
+  for (const DTypes& dt : kEveryDTypes) {
     for (bool dp : {false, true}) {
       for (Api api : {Api::kCpp, Api::kAclnn}) {
         TokenPermuteWithRoutingMapGradTester().drop_and_pad(dp).tokens(5).experts(3).topk(2).capacity(2).hidden(0)
@@ -277,6 +303,18 @@ TEST(TokenPermuteWithRoutingMapGrad, EveryTargetAndThreadCountBitIdentical) {
     TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(700).experts(9).capacity(90).hidden(5)
         .indices(Indices::kRandom).out_layout(Layout::kTransposed).all_targets(true).Test(dt);
   }
+  // Probs in another dtype than the tokens: the probsGrad passes are typed by the probs' width.
+  for (const DTypes& d : kEveryDTypes) {
+    if (d.tokens == d.weights) continue;
+    TokenPermuteWithRoutingMapGradTester().tokens(700).experts(9).topk(2).hidden(5).in_layout(Layout::kPadded)
+        .all_targets(true).Test(d);
+    TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(700).experts(9).capacity(90).hidden(5)
+        .indices(Indices::kRandom).out_layout(Layout::kTransposed).all_targets(true).Test(d);
+  }
+  TokenPermuteWithRoutingMapGradTester().tokens(40).experts(16).topk(3).hidden(7168).all_targets(true)
+      .Test({DType::kBFloat16, DType::kFloat32});
+  TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(40).experts(16).capacity(6).hidden(7168)
+      .all_targets(true).Test({DType::kFloat16, DType::kBFloat16});
 }
 
 TEST(TokenPermuteWithRoutingMapGrad, WideAndTallRoutingMaps) {
@@ -289,6 +327,11 @@ TEST(TokenPermuteWithRoutingMapGrad, WideAndTallRoutingMaps) {
     TokenPermuteWithRoutingMapGradTester().tokens(9).experts(300).topk(7).hidden(3).in_layout(Layout::kTransposed)
         .out_layout(Layout::kTransposed).seed(3).Test(dt);
   }
+  // Probs in their own dtype, 16-bit tokens with fp32 probs and the reverse.
+  TokenPermuteWithRoutingMapGradTester().tokens(33).experts(65).topk(5).hidden(3).seed(7).all_targets(true)
+      .Test({DType::kBFloat16, DType::kFloat32});
+  TokenPermuteWithRoutingMapGradTester().tokens(33).experts(130).topk(5).hidden(3).seed(8).all_targets(true)
+      .Test({DType::kFloat32, DType::kFloat16});
   // 66000 tokens, each routed to every expert: blocks of 258 rows, each counting 258 entries per expert.
   TokenPermuteWithRoutingMapGradTester().tokens(66000).experts(65).topk(65).hidden(1).seed(5).all_targets(true)
       .Test(DType::kFloat32);
@@ -312,7 +355,7 @@ TEST(TokenPermuteWithRoutingMapGrad, RandomSweep) {
         .probs(probs).extras(!probs && (rng() & 1)).map_dtype(rng() & 1 ? DType::kInt8 : DType::kBool)
         .in_layout(layouts[rng() % 3]).out_layout(layouts[rng() % 3])
         .indices(forward ? Indices::kForward : Indices::kRandom).api(rng() % 4 == 0 ? Api::kAclnn : Api::kCpp)
-        .seed(rng()).Test(kFloats[rng() % 3]);
+        .seed(rng()).Test(DTypes{kFloats[rng() % 3], kFloats[rng() % 3]});  // each group's dtype drawn apart
     if (::testing::Test::HasFailure()) break;
   }
   EXPECT_EQ(cases, 3000);
@@ -325,6 +368,9 @@ TEST(TokenPermuteWithRoutingMapGrad, ModelShapes) {
       .Test(DType::kBFloat16);
   TokenPermuteWithRoutingMapGradTester().tokens(32).experts(8).topk(2).hidden(4096).map_dtype(DType::kBool)
       .Test(DType::kFloat16);
+  // Training's usual mix: bf16 tokens, fp32 probs.
+  TokenPermuteWithRoutingMapGradTester().tokens(64).experts(256).topk(8).hidden(7168)
+      .Test({DType::kBFloat16, DType::kFloat32});
 }
 
 // A worked example from the formulas, with small integers so every sum is exact.

@@ -1,7 +1,7 @@
 // MoeTokenPermuteWithRoutingMap against hand-computed values and, bit for bit, against the scalar reference
 // (which builds the expert-major token list and argsorts it, as the formulas read): dropless and drop-and-pad,
-// INT8 and BOOL maps, with and without probs, dtypes, layouts, hidden sizes, empty tensors, both APIs, SIMD
-// targets and thread counts. Contract: docs/ops/token_permute_with_routing_map.md.
+// INT8 and BOOL maps, with and without probs, dtypes (the probs' apart from the tokens'), layouts, hidden sizes,
+// empty tensors, both APIs, SIMD targets and thread counts. Contract: docs/ops/token_permute_with_routing_map.md.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,7 +47,9 @@ class TokenPermuteWithRoutingMapTester {
 
   int64_t rows() const { return dp_ ? E_ * C_ : T_ * K_; }
 
-  void Test(DType dtype) const {
+  // probs (and permuteProbsOut) in the tokens' dtype, or in their own.
+  void Test(DType dtype) const { Test(DTypes{dtype, dtype}); }
+  void Test(DTypes dtype) const {
     const Tensors in = Make(dtype);
     Tensors want = in;
     ref::TokenPermuteWithRoutingMap(Call(want).CppArgs());
@@ -78,15 +80,15 @@ class TokenPermuteWithRoutingMapTester {
   }
 
  private:
-  Tensors Make(DType dtype) const {
+  Tensors Make(DTypes dtype) const {
     std::mt19937_64 rng(seed_);
     const int64_t N = rows();
     Tensors t;
-    t.tokens = TestTensor(dtype, {T_, H_}, in_, seed_ + 1);
+    t.tokens = TestTensor(dtype.tokens, {T_, H_}, in_, seed_ + 1);
     t.map = TestTensor(map_dtype_, {T_, E_}, in_, seed_ + 2);
-    t.probs = TestTensor(dtype, {T_, E_}, in_, seed_ + 3);
-    t.permuted = TestTensor(dtype, {N, H_}, out_, seed_ + 4);
-    t.permuted_probs = TestTensor(dtype, {N}, out_, seed_ + 5);
+    t.probs = TestTensor(dtype.weights, {T_, E_}, in_, seed_ + 3);
+    t.permuted = TestTensor(dtype.tokens, {N, H_}, out_, seed_ + 4);
+    t.permuted_probs = TestTensor(dtype.weights, {N}, out_, seed_ + 5);
     t.sorted = TestTensor(DType::kInt32, {N}, out_, seed_ + 6);
     t.tokens.FillUniform(rng);
     t.probs.FillUniform(rng, 0.0f, 1.0f);
@@ -107,8 +109,8 @@ class TokenPermuteWithRoutingMapTester {
     return c;
   }
 
-  std::string Describe(DType dtype) const {
-    return std::string(" [") + DTypeName(dtype) + " T=" + std::to_string(T_) + " E=" + std::to_string(E_) +
+  std::string Describe(DTypes dtype) const {
+    return std::string(" [") + DTypesName(dtype) + " T=" + std::to_string(T_) + " E=" + std::to_string(E_) +
            " H=" + std::to_string(H_) + (dp_ ? " dropAndPad C=" + std::to_string(C_) : " K=" + std::to_string(K_)) +
            (probs_ ? " probs" : "") + " map=" + DTypeName(map_dtype_) + " in=" + LayoutName(in_) +
            " out=" + LayoutName(out_) + " api=" + ApiName(api_) +
@@ -124,43 +126,48 @@ class TokenPermuteWithRoutingMapTester {
   Api api_ = Api::kCpp;
 };
 
-// Worked by hand. Token t's row is [10t + 1, 10t + 2]; probs[t][e] = t + e / 4.
+// Worked by hand, in every (tokens, probs) dtype combination (every value is exact in each). Token t's row is
+// [10t + 1, 10t + 2]; probs[t][e] = t + e / 4.
 //   dropless, T = 3, E = 3, K = 2, routed (0,0) (0,2) (1,0) (1,1) (2,1) (2,2):
 //     expert-major token list [0, 1 | 1, 2 | 0, 2]; sortedIndices (its stable argsort) [0, 4, 1, 2, 3, 5]
 //   drop-and-pad, T = 3, E = 2, C = 2, routed (0,1) (1,0) (1,1):
 //     expert 0 takes [1, then unrouted 0]; expert 1 takes [0, 1]: sortedIndices [1, 0, 0, 1]
 TEST(TokenPermuteWithRoutingMap, HandComputed) {
-  for (bool dp : {false, true}) {
-    for (DType map_dtype : {DType::kInt8, DType::kBool}) {
-      const int64_t T = 3, E = dp ? 2 : 3, N = dp ? 4 : 6;
-      TestTensor tokens(DType::kFloat32, {T, 2}), map(map_dtype, {T, E}), probs(DType::kFloat32, {T, E});
-      TestTensor permuted(DType::kFloat32, {N, 2}), pprobs(DType::kFloat32, {N}), sorted(DType::kInt32, {N});
-      for (int64_t t = 0; t < T; ++t) {
-        tokens.SetF(t * 2, 10.0f * t + 1);
-        tokens.SetF(t * 2 + 1, 10.0f * t + 2);
-        for (int64_t e = 0; e < E; ++e) {
-          probs.SetF(t * E + e, t + e / 4.0f);
-          map.SetI(t * E + e, 0);
+  for (const DTypes& d : kEveryDTypes) {
+    for (bool dp : {false, true}) {
+      for (DType map_dtype : {DType::kInt8, DType::kBool}) {
+        SCOPED_TRACE(DTypesName(d) + (dp ? " drop-and-pad " : " dropless ") + DTypeName(map_dtype));
+        const int64_t T = 3, E = dp ? 2 : 3, N = dp ? 4 : 6;
+        TestTensor tokens(d.tokens, {T, 2}), map(map_dtype, {T, E}), probs(d.weights, {T, E});
+        TestTensor permuted(d.tokens, {N, 2}), pprobs(d.weights, {N}), sorted(DType::kInt32, {N});
+        for (int64_t t = 0; t < T; ++t) {
+          tokens.SetF(t * 2, 10.0f * t + 1);
+          tokens.SetF(t * 2 + 1, 10.0f * t + 2);
+          for (int64_t e = 0; e < E; ++e) {
+            probs.SetF(t * E + e, t + e / 4.0f);
+            map.SetI(t * E + e, 0);
+          }
         }
-      }
-      const std::vector<std::pair<int, int>> hits = dp ? std::vector<std::pair<int, int>>{{0, 1}, {1, 0}, {1, 1}}
-                                                       : std::vector<std::pair<int, int>>{{0, 0}, {0, 2}, {1, 0},
-                                                                                          {1, 1}, {2, 1}, {2, 2}};
-      for (auto [t, e] : hits) map.SetI(t * E + e, 1);
-      const TestCall<TokenPermuteWithRoutingMapArgs> call{{&tokens, &map, &probs, &permuted, &pprobs, &sorted},
-                                                          {N, dp}};
-      ASSERT_TRUE(call.Run(Api::kCpp).ok());
-      const std::vector<int64_t> want_idx = dp ? std::vector<int64_t>{1, 0, 0, 1} : std::vector<int64_t>{0, 4, 1, 2, 3, 5};
-      // The token and expert of each permuted row.
-      const std::vector<std::pair<int, int>> rows = dp ? std::vector<std::pair<int, int>>{{1, 0}, {0, 0}, {0, 1}, {1, 1}}
-                                                       : std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {1, 1},
-                                                                                          {2, 1}, {0, 2}, {2, 2}};
-      for (int64_t i = 0; i < N; ++i) {
-        EXPECT_EQ(sorted.GetI(i), want_idx[static_cast<size_t>(i)]) << i;
-        const auto [t, e] = rows[static_cast<size_t>(i)];
-        EXPECT_EQ(permuted.GetF(i * 2), 10.0f * t + 1) << i;
-        EXPECT_EQ(permuted.GetF(i * 2 + 1), 10.0f * t + 2) << i;
-        EXPECT_EQ(pprobs.GetF(i), t + e / 4.0f) << i;
+        const std::vector<std::pair<int, int>> hits = dp ? std::vector<std::pair<int, int>>{{0, 1}, {1, 0}, {1, 1}}
+                                                         : std::vector<std::pair<int, int>>{{0, 0}, {0, 2}, {1, 0},
+                                                                                            {1, 1}, {2, 1}, {2, 2}};
+        for (auto [t, e] : hits) map.SetI(t * E + e, 1);
+        const TestCall<TokenPermuteWithRoutingMapArgs> call{{&tokens, &map, &probs, &permuted, &pprobs, &sorted},
+                                                            {N, dp}};
+        ASSERT_TRUE(call.Run(Api::kCpp).ok());
+        const std::vector<int64_t> want_idx =
+            dp ? std::vector<int64_t>{1, 0, 0, 1} : std::vector<int64_t>{0, 4, 1, 2, 3, 5};
+        // The token and expert of each permuted row.
+        const std::vector<std::pair<int, int>> rows =
+            dp ? std::vector<std::pair<int, int>>{{1, 0}, {0, 0}, {0, 1}, {1, 1}}
+               : std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {1, 1}, {2, 1}, {0, 2}, {2, 2}};
+        for (int64_t i = 0; i < N; ++i) {
+          EXPECT_EQ(sorted.GetI(i), want_idx[static_cast<size_t>(i)]) << i;
+          const auto [t, e] = rows[static_cast<size_t>(i)];
+          EXPECT_EQ(permuted.GetF(i * 2), 10.0f * t + 1) << i;
+          EXPECT_EQ(permuted.GetF(i * 2 + 1), 10.0f * t + 2) << i;
+          EXPECT_EQ(pprobs.GetF(i), t + e / 4.0f) << i;
+        }
       }
     }
   }
@@ -175,6 +182,23 @@ TEST(TokenPermuteWithRoutingMap, HiddenSizesAndDTypes) {
       TokenPermuteWithRoutingMapTester().hidden(H).probs(false).unused_probs_out(true).map_dtype(DType::kBool)
           .seed(seed++).Test(dt);
     }
+  }
+}
+
+// Every (tokens, probs) dtype combination: both modes, with and without probs, strided views, both APIs, several
+// index blocks, on every SIMD target and thread count for the larger ones.
+TEST(TokenPermuteWithRoutingMap, EveryDTypeCombination) {
+  uint64_t seed = 700;
+  for (const DTypes& d : kEveryDTypes) {
+    TokenPermuteWithRoutingMapTester().hidden(17).seed(seed++).Test(d);
+    TokenPermuteWithRoutingMapTester().hidden(100).drop_and_pad(true).map_dtype(DType::kBool).seed(seed++).Test(d);
+    TokenPermuteWithRoutingMapTester().hidden(13).layout(Layout::kTransposed, Layout::kPadded).api(Api::kAclnn)
+        .seed(seed++).Test(d);
+    TokenPermuteWithRoutingMapTester().hidden(9).probs(false).unused_probs_out(true).seed(seed++).Test(d);
+    TokenPermuteWithRoutingMapTester().tokens(300).experts(70).topk(3).hidden(3).seed(seed++).all_targets(true)
+        .Test(d);
+    TokenPermuteWithRoutingMapTester().tokens(300).experts(9).capacity(40).drop_and_pad(true).density(0.2).hidden(3)
+        .layout(Layout::kPadded, Layout::kTransposed).seed(seed++).all_targets(true).Test(d);
   }
 }
 
@@ -258,6 +282,9 @@ TEST(TokenPermuteWithRoutingMap, EmptyTensors) {
       TokenPermuteWithRoutingMapTester().drop_and_pad(dp).experts(0).topk(0).capacity(0).api(api)
           .Test(DType::kBFloat16);  // E = 0
       TokenPermuteWithRoutingMapTester().drop_and_pad(dp).topk(0).capacity(0).api(api).Test(DType::kFloat32);  // N = 0
+      TokenPermuteWithRoutingMapTester().drop_and_pad(dp).tokens(0).capacity(0).api(api)
+          .Test({DType::kBFloat16, DType::kFloat32});
+      TokenPermuteWithRoutingMapTester().drop_and_pad(dp).hidden(0).api(api).Test({DType::kFloat32, DType::kFloat16});
     }
   }
 }
@@ -272,6 +299,11 @@ TEST(TokenPermuteWithRoutingMap, BitIdenticalAcrossSimdTargetsAndThreads) {
   TokenPermuteWithRoutingMapTester().tokens(700).experts(9).topk(3).hidden(33)
       .layout(Layout::kTransposed, Layout::kPadded)
       .all_targets(true).Test(DType::kFloat16);
+  // probs in another dtype (width) than the tokens.
+  TokenPermuteWithRoutingMapTester().tokens(1000).experts(16).topk(4).hidden(64).all_targets(true).seed(9)
+      .Test({DType::kBFloat16, DType::kFloat32});
+  TokenPermuteWithRoutingMapTester().tokens(1000).experts(16).drop_and_pad(true).capacity(125).density(0.15)
+      .hidden(64).all_targets(true).seed(10).Test({DType::kFloat32, DType::kFloat16});
 }
 
 }  // namespace

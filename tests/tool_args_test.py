@@ -79,7 +79,9 @@ BAD = [
     (["frob"], {}, 2, "unknown argument 'frob'"),
     (["bench", "--preset", "nope", "--json", "{json}"], {}, 2, "unknown preset 'nope'"),
     (["bench", "--preset", ""], {}, 2, "--preset must be non-empty, not ''"),
-    (["bench", "--dtype", "f64", "--json", "{json}"], {}, 2, "--dtype must be f32, f16, bf16 or all, not 'f64'"),
+    (["bench", "--dtype", "f64", "--json", "{json}"], {}, 2,
+     "--dtype must be f32, f16, bf16, bf16+f32 or all, not 'f64'"),
+    (["bench", "--dtype", "f32+bf16", "--json", "{json}"], {}, 2, "--dtype must be f32, f16, bf16, bf16+f32 or all"),
     (["bench", "--op", "nope", "--json", "{json}"], {}, 2, "unknown --op 'nope'; one of: all,"),
     (["check", "--op", "nope"], {}, 2, "unknown --op 'nope'; one of: all,"),
     # an option of another command (with none the command is bench; the command may come last)
@@ -122,6 +124,9 @@ GOOD = [
      "seed 18446744073709551615, 0.25 s, "),
     (["--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "f32", "--op", "finalize-routing-v2", "--json",
       "{json}", "bench"], {}, 0, None, "MoeFinalizeRoutingV2"),
+    # bf16 tokens with fp32 routing weights: its own dtype name in the table (and the JSON)
+    (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "bf16+f32", "--op", "permute-grad",
+      "--json", "{json}"], {}, 0, None, " bf16+f32 "),
     (["--help"], {}, 0, "", "--threads N             worker threads, 1..4096"),
     (["--version"], {}, 0, "", "moegrad "),
 ]

@@ -15,6 +15,11 @@ namespace moegrad {
 
 enum class ArgRole : int32_t { kInput, kOutput };
 
+// The dtype group of a float tensor (docs/design.md, "Mixed precision"): the routing weights (scales,
+// probabilities and their gradients) and the tokens (every other float tensor) each have one dtype, the two
+// independent. Index tensors belong to neither.
+enum class DTypeGroup : int32_t { kNone, kTokens, kWeights };
+
 // One tensor argument of `Args`: exactly one of `required` / `optional` is set.
 template <typename Args>
 struct TensorArg {
@@ -25,6 +30,7 @@ struct TensorArg {
   // For an output that is written only when an optional input is given (gradScalesOut with scales): that input.
   // An output that is not written is not checked for overlaps.
   std::optional<TensorView> Args::*written_with;
+  DTypeGroup group;
 
   bool is_optional() const { return optional != nullptr; }
   // The view, or null when an optional tensor is absent.
@@ -66,20 +72,25 @@ struct AttrArg {
 
 namespace op_info {
 
+constexpr DTypeGroup kTokens = DTypeGroup::kTokens;
+constexpr DTypeGroup kWeights = DTypeGroup::kWeights;
+
 template <typename A>
-constexpr TensorArg<A> In(const char* name, TensorView A::*m) { return {name, ArgRole::kInput, m, nullptr, nullptr}; }
-template <typename A>
-constexpr TensorArg<A> In(const char* name, std::optional<TensorView> A::*m) {
-  return {name, ArgRole::kInput, nullptr, m, nullptr};
+constexpr TensorArg<A> In(const char* name, TensorView A::*m, DTypeGroup g = DTypeGroup::kNone) {
+  return {name, ArgRole::kInput, m, nullptr, nullptr, g};
 }
 template <typename A>
-constexpr TensorArg<A> Out(const char* name, TensorView A::*m) {
-  return {name, ArgRole::kOutput, m, nullptr, nullptr};
+constexpr TensorArg<A> In(const char* name, std::optional<TensorView> A::*m, DTypeGroup g = DTypeGroup::kNone) {
+  return {name, ArgRole::kInput, nullptr, m, nullptr, g};
 }
 template <typename A>
-constexpr TensorArg<A> Out(const char* name, std::optional<TensorView> A::*m,
+constexpr TensorArg<A> Out(const char* name, TensorView A::*m, DTypeGroup g = DTypeGroup::kNone) {
+  return {name, ArgRole::kOutput, m, nullptr, nullptr, g};
+}
+template <typename A>
+constexpr TensorArg<A> Out(const char* name, std::optional<TensorView> A::*m, DTypeGroup g,
                            std::optional<TensorView> A::*written_with = nullptr) {
-  return {name, ArgRole::kOutput, nullptr, m, written_with};
+  return {name, ArgRole::kOutput, nullptr, m, written_with, g};
 }
 template <typename A>
 constexpr AttrArg<A> Attr(const char* name, int64_t A::*m) { return {name, m, nullptr}; }
@@ -103,11 +114,14 @@ struct OpInfo<FinalizeRoutingV2GradArgs> {
   static constexpr const char* kName = "MoeFinalizeRoutingV2Grad";
   static constexpr const char* kKey = "finalize-routing-v2-grad";
   static constexpr TensorArg<A> kTensors[] = {
-      op_info::In("gradY", &A::grad_y),          op_info::In("expandedRowIdx", &A::expanded_row_idx),
-      op_info::In("expandedX", &A::expanded_x),  op_info::In("scales", &A::scales),
-      op_info::In("expertIdx", &A::expert_idx),  op_info::In("bias", &A::bias),
-      op_info::Out("gradExpandedXOut", &A::grad_expanded_x),
-      op_info::Out("gradScalesOut", &A::grad_scales, &A::scales)};
+      op_info::In("gradY", &A::grad_y, op_info::kTokens),
+      op_info::In("expandedRowIdx", &A::expanded_row_idx),
+      op_info::In("expandedX", &A::expanded_x, op_info::kTokens),
+      op_info::In("scales", &A::scales, op_info::kWeights),
+      op_info::In("expertIdx", &A::expert_idx),
+      op_info::In("bias", &A::bias, op_info::kTokens),
+      op_info::Out("gradExpandedXOut", &A::grad_expanded_x, op_info::kTokens),
+      op_info::Out("gradScalesOut", &A::grad_scales, op_info::kWeights, &A::scales)};
   static constexpr AttrArg<A> kAttrs[] = {
       op_info::Attr("dropPadMode", &A::drop_pad_mode), op_info::Attr("activeNum", &A::active_num),
       op_info::Attr("expertNum", &A::expert_num), op_info::Attr("expertCapacity", &A::expert_capacity)};
@@ -123,12 +137,12 @@ struct OpInfo<TokenPermuteWithRoutingMapGradArgs> {
   static constexpr const char* kName = "MoeTokenPermuteWithRoutingMapGrad";
   static constexpr const char* kKey = "token-permute-with-routing-map-grad";
   static constexpr TensorArg<A> kTensors[] = {
-      op_info::In("permutedTokenOutputGrad", &A::permuted_token_output_grad),
-      op_info::In("permutedProbsOutputGrad", &A::permuted_probs_output_grad),
+      op_info::In("permutedTokenOutputGrad", &A::permuted_token_output_grad, op_info::kTokens),
+      op_info::In("permutedProbsOutputGrad", &A::permuted_probs_output_grad, op_info::kWeights),
       op_info::In("sortedIndices", &A::sorted_indices),
       op_info::In("routingMap", &A::routing_map),
-      op_info::Out("tokensGradOut", &A::tokens_grad),
-      op_info::Out("probsGradOut", &A::probs_grad, &A::permuted_probs_output_grad)};
+      op_info::Out("tokensGradOut", &A::tokens_grad, op_info::kTokens),
+      op_info::Out("probsGradOut", &A::probs_grad, op_info::kWeights, &A::permuted_probs_output_grad)};
   static constexpr AttrArg<A> kAttrs[] = {op_info::Attr("numExperts", &A::num_experts),
                                           op_info::Attr("tokensNum", &A::tokens_num),
                                           op_info::Attr("dropAndPad", &A::drop_and_pad)};
@@ -144,10 +158,14 @@ struct OpInfo<FinalizeRoutingV2Args> {
   static constexpr const char* kName = "MoeFinalizeRoutingV2";
   static constexpr const char* kKey = "finalize-routing-v2";
   static constexpr TensorArg<A> kTensors[] = {
-      op_info::In("expandedX", &A::expanded_x), op_info::In("expandedRowIdx", &A::expanded_row_idx),
-      op_info::In("x1", &A::x1),                op_info::In("x2", &A::x2),
-      op_info::In("bias", &A::bias),            op_info::In("scales", &A::scales),
-      op_info::In("expertIdx", &A::expert_idx), op_info::Out("out", &A::out)};
+      op_info::In("expandedX", &A::expanded_x, op_info::kTokens),
+      op_info::In("expandedRowIdx", &A::expanded_row_idx),
+      op_info::In("x1", &A::x1, op_info::kTokens),
+      op_info::In("x2", &A::x2, op_info::kTokens),
+      op_info::In("bias", &A::bias, op_info::kTokens),
+      op_info::In("scales", &A::scales, op_info::kWeights),
+      op_info::In("expertIdx", &A::expert_idx),
+      op_info::Out("out", &A::out, op_info::kTokens)};
   static constexpr AttrArg<A> kAttrs[] = {op_info::Attr("dropPadMode", &A::drop_pad_mode)};
 };
 
@@ -161,11 +179,11 @@ struct OpInfo<TokenPermuteWithRoutingMapArgs> {
   static constexpr const char* kName = "MoeTokenPermuteWithRoutingMap";
   static constexpr const char* kKey = "token-permute-with-routing-map";
   static constexpr TensorArg<A> kTensors[] = {
-      op_info::In("tokens", &A::tokens),
+      op_info::In("tokens", &A::tokens, op_info::kTokens),
       op_info::In("routingMap", &A::routing_map),
-      op_info::In("probs", &A::probs),
-      op_info::Out("permuteTokensOut", &A::permute_tokens),
-      op_info::Out("permuteProbsOut", &A::permute_probs, &A::probs),
+      op_info::In("probs", &A::probs, op_info::kWeights),
+      op_info::Out("permuteTokensOut", &A::permute_tokens, op_info::kTokens),
+      op_info::Out("permuteProbsOut", &A::permute_probs, op_info::kWeights, &A::probs),
       op_info::Out("sortedIndicesOut", &A::sorted_indices)};
   static constexpr AttrArg<A> kAttrs[] = {op_info::Attr("numOutTokens", &A::num_out_tokens),
                                           op_info::Attr("dropAndPad", &A::drop_and_pad)};

@@ -218,6 +218,8 @@ class _PermuteFunction(torch.autograd.Function):
         ctx.mark_non_differentiable(sorted_indices)
         ctx.save_for_backward(sorted_indices, routing_map if probs is not None else None)
         ctx.shape = (tokens.shape[0], routing_map.shape[1], tokens.shape[1])
+        # Each gradient in its own input's dtype: bf16 tokens with fp32 probs get fp32 probability gradients.
+        ctx.dtypes = (tokens.dtype, probs.dtype if probs is not None else None)
         ctx.drop_and_pad = bool(drop_and_pad)
         ctx.has_probs = probs is not None
         return permuted, permuted_probs, sorted_indices
@@ -226,11 +228,12 @@ class _PermuteFunction(torch.autograd.Function):
     def backward(ctx, grad_permuted, grad_permuted_probs, _grad_sorted_indices):
         sorted_indices, routing_map = ctx.saved_tensors
         tokens_num, num_experts, hidden = ctx.shape
+        tokens_dtype, probs_dtype = ctx.dtypes
         want_probs = ctx.has_probs and ctx.needs_input_grad[2]
         with torch.no_grad():
             if tokens_num == 0 or num_experts == 0:  # nothing was routed; the operator needs T, E > 0
-                tokens_grad = grad_permuted.new_zeros((tokens_num, hidden))
-                probs_grad = grad_permuted_probs.new_zeros((tokens_num, num_experts)) if want_probs else None
+                tokens_grad = torch.zeros((tokens_num, hidden), dtype=tokens_dtype)
+                probs_grad = torch.zeros((tokens_num, num_experts), dtype=probs_dtype) if want_probs else None
             else:
                 tokens_grad, probs_grad = _permute_grad(
                     grad_permuted, sorted_indices, num_experts, tokens_num, ctx.drop_and_pad,
@@ -266,7 +269,8 @@ class _FinalizeFunction(torch.autograd.Function):
 
 
 def _finalize_backward(grad_y, expanded_x, idx, bias, scales, expert_idx, mode, need_x, need_bias, need_scales):
-    """(grad_x, grad_scales, grad_bias) of the combine, each None where not needed."""
+    """(grad_x, grad_scales, grad_bias) of the combine, each None where not needed, each in its input's dtype
+    (scales may have a dtype of their own: the weight group's)."""
     rows, hidden = grad_y.shape
     topk = scales.shape[1] if scales is not None else (idx.numel() // rows if rows else 0)
     grad_x = grad_scales = grad_bias = None
@@ -292,7 +296,8 @@ def _finalize_backward(grad_y, expanded_x, idx, bias, scales, expert_idx, mode, 
 
 
 def _finalize_grad_without_rows(grad_y, expanded_x, bias, scales, expert_idx):
-    """Gradients when expandedX has no rows to read (R = 0, or E*C = 0): only scale * bias contributed."""
+    """Gradients when expandedX has no rows to read (R = 0, or E*C = 0): only scale * bias contributed. fp32
+    arithmetic, each result rounded once to its own input's dtype, as the operator does."""
     grad_x = torch.zeros_like(expanded_x)
     if scales is None:
         return grad_x, None

@@ -12,7 +12,8 @@ namespace moegrad::backend {
 struct FinalizeRoutingV2Problem {
   static constexpr const char* kName = "MoeFinalizeRoutingV2";
 
-  core::DType dtype = core::DType::kFloat32;
+  core::DType dtype = core::DType::kFloat32;         // the token group: expandedX, x1, x2, bias, out
+  core::DType weight_dtype = core::DType::kFloat32;  // the weight group: scales
   int64_t mode = 0;           // dropPadMode 0..3
   int64_t tokens = 0;         // R
   int64_t topk = 0;           // K

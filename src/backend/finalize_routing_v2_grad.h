@@ -12,7 +12,8 @@ namespace moegrad::backend {
 struct FinalizeRoutingV2GradProblem {
   static constexpr const char* kName = "MoeFinalizeRoutingV2Grad";
 
-  core::DType dtype = core::DType::kFloat32;
+  core::DType dtype = core::DType::kFloat32;         // the token group: gradY, expandedX, bias, gradExpandedX
+  core::DType weight_dtype = core::DType::kFloat32;  // the weight group: scales, gradScales
   int64_t mode = 0;       // dropPadMode: 0 dropless, 1 drop/pad
   int64_t tokens = 0;     // R
   int64_t topk = 0;       // K

@@ -14,7 +14,8 @@ namespace moegrad::backend {
 struct TokenPermuteWithRoutingMapProblem {
   static constexpr const char* kName = "MoeTokenPermuteWithRoutingMap";
 
-  size_t element_bytes = 4;  // of tokens / probs: rows are copied bit for bit
+  size_t element_bytes = 4;         // of tokens: rows are copied bit for bit
+  size_t weight_element_bytes = 4;  // of probs and permuteProbs (one dtype), copied bit for bit
   int64_t tokens = 0;        // T
   int64_t experts = 0;       // E
   int64_t hidden = 0;        // H

@@ -13,7 +13,8 @@ namespace moegrad::backend {
 struct TokenPermuteWithRoutingMapGradProblem {
   static constexpr const char* kName = "MoeTokenPermuteWithRoutingMapGrad";
 
-  core::DType dtype = core::DType::kFloat32;
+  core::DType dtype = core::DType::kFloat32;         // the token group: permutedTokenOutputGrad, tokensGrad
+  core::DType weight_dtype = core::DType::kFloat32;  // the weight group: permutedProbsOutputGrad, probsGrad
   bool drop_and_pad = false;
   int64_t tokens = 0;    // T
   int64_t experts = 0;   // E

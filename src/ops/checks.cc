@@ -182,11 +182,11 @@ Status ArgChecker::IndexMapDType(const TensorView& t, const char* name) const {
   return Status::Ok();
 }
 
-Status ArgChecker::SameDType(const TensorView& t, const char* name, const TensorView& ref,
-                             const char* ref_name) const {
+Status ArgChecker::SameDType(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name,
+                             const char* group) const {
   if (t.dtype != ref.dtype) {
-    return Fail(StatusCode::kInvalid, "%s has dtype %s but %s has %s; all float tensors must share one dtype",
-                name, NameOf(t.dtype), ref_name, NameOf(ref.dtype));
+    return Fail(StatusCode::kInvalid, "%s is %s but %s is %s (%s share a dtype)", name, NameOf(t.dtype), ref_name,
+                NameOf(ref.dtype), group);
   }
   return Status::Ok();
 }
@@ -225,9 +225,9 @@ Status ArgChecker::NoSelfOverlap(const TensorView& out, const char* name) const 
 }
 
 Status ArgChecker::Output(const TensorView* t, const char* name, std::initializer_list<int64_t> want,
-                          const TensorView& like, const char* like_name) const {
+                          const TensorView& like, const char* like_name, const char* group) const {
   MOEGRAD_RETURN_IF_ERROR(OutputShape(t, name, want, like.dtype));
-  return querying() ? Status::Ok() : SameDType(*t, name, like, like_name);
+  return querying() ? Status::Ok() : SameDType(*t, name, like, like_name, group);
 }
 
 Status ArgChecker::Output(const TensorView* t, const char* name, std::initializer_list<int64_t> want,

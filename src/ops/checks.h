@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "moegrad/op_info.hpp"
@@ -35,6 +36,20 @@ core::FlatView Flat(const TensorView& t);
 // reports them instead of checking them). The operator's Plan is the same code for both: its outputs are
 // checked only by OutputRequired, Tensors, Output / OutputShape and through Given, and after the last of them it
 // ends a query with OutputsReported.
+template <typename Args>
+std::string GroupNamesOf(DTypeGroup g) {
+  std::vector<const char*> members;
+  for (const TensorArg<Args>& arg : OpInfo<Args>::kTensors) {
+    if (arg.group == g) members.push_back(arg.name);
+  }
+  std::string s;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (i > 0) s += i + 1 == members.size() ? " and " : ", ";
+    s += members[i];
+  }
+  return s;
+}
+
 class ArgChecker {
  public:
   explicit ArgChecker(const char* op, std::vector<OutputSpec>* outputs = nullptr) : op_(op), outputs_(outputs) {}
@@ -59,8 +74,11 @@ class ArgChecker {
   Status FloatDType(const TensorView& t, const char* name) const;
   // INT8 or BOOL (a routing map).
   Status IndexMapDType(const TensorView& t, const char* name) const;
-  // All float tensors of one call share one dtype.
-  Status SameDType(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name) const;
+  // The float tensors of one dtype group (DTypeGroup, docs/design.md "Mixed precision") share the dtype of the
+  // group's first tensor `ref`: INVALID naming both tensors, both dtypes and the group (`group`, GroupNames)
+  // otherwise.
+  Status SameDType(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name,
+                   const char* group) const;
   // INVALID ("<op>: <out_name> overlaps <other_name> in memory") when the byte spans of two views intersect:
   // [data, data + (1 + sum (size - 1) * stride) * element size). Conservative (interleaved views that share
   // no element still count as overlapping); an empty view overlaps nothing. Call after WellFormed on both.
@@ -113,12 +131,12 @@ class ArgChecker {
   }
 
   // An output the call writes, after every rule on the inputs: its shape is `want` and its dtype `dtype`.
-  // Checked in a phase one: the shape as Shape checks it, the dtype as SameDType(t, name, like, like_name)
-  // does when `like_name` is given (a float output: the call's one float dtype, that of `like`), else as
+  // Checked in a phase one: the shape as Shape checks it, the dtype as SameDType(t, name, like, like_name, group)
+  // does when `like_name` is given (a float output: the dtype of its group's first tensor `like`), else as
   // DTypeIs. Reported in an output query (`t` is not read), with INVALID when its element or byte count does
   // not fit in int64, as WellFormed says of a view of that shape.
   Status Output(const TensorView* t, const char* name, std::initializer_list<int64_t> want, const TensorView& like,
-                const char* like_name) const;
+                const char* like_name, const char* group) const;
   Status Output(const TensorView* t, const char* name, std::initializer_list<int64_t> want, DType dtype) const;
   // Output's shape half, for an output whose dtype (`dtype`, as reported) a phase one checks later among the
   // call's other float tensors (through Given), where the operator's error table has it.
@@ -168,6 +186,15 @@ class ArgChecker {
   const char* op_;
   std::vector<OutputSpec>* outputs_;  // the output query's report; null in a phase one
 };
+
+// "gradY, expandedX, bias and gradExpandedXOut": the tensors of dtype group `g` of Args in OpInfo<Args>::kTensors
+// order, for SameDType's messages.
+template <typename Args>
+const char* GroupNames(DTypeGroup g) {
+  static const std::string names[3] = {GroupNamesOf<Args>(DTypeGroup::kNone), GroupNamesOf<Args>(DTypeGroup::kTokens),
+                                       GroupNamesOf<Args>(DTypeGroup::kWeights)};
+  return names[static_cast<int>(g)].c_str();
+}
 
 // "(2, 3, 4)" for messages.
 struct ShapeString {

@@ -91,16 +91,20 @@ Status Plan(const FinalizeRoutingV2Args& a, PlanPtr* plan, std::vector<OutputSpe
   const struct {
     const TensorView* t;
     const char* name;
-  } floats[] = {{x1, "x1"}, {x2, "x2"}, {bias, "bias"}, {scales, "scales"}};
+  } floats[] = {{x1, "x1"}, {x2, "x2"}, {bias, "bias"}};
+  const char* tokens_group = GroupNames<FinalizeRoutingV2Args>(DTypeGroup::kTokens);
   for (const auto& f : floats) {
-    if (f.t != nullptr) MOEGRAD_RETURN_IF_ERROR(c.SameDType(*f.t, f.name, x, "expandedX"));
+    if (f.t != nullptr) MOEGRAD_RETURN_IF_ERROR(c.SameDType(*f.t, f.name, x, "expandedX", tokens_group));
   }
-  MOEGRAD_RETURN_IF_ERROR(c.Output(&out, "out", {R, H}, x, "expandedX"));
+  // scales alone is the weight group: any float dtype.
+  if (scales != nullptr) MOEGRAD_RETURN_IF_ERROR(c.FloatDType(*scales, "scales"));
+  MOEGRAD_RETURN_IF_ERROR(c.Output(&out, "out", {R, H}, x, "expandedX", tokens_group));
   if (c.querying()) return c.OutputsReported(a);
   MOEGRAD_RETURN_IF_ERROR(c.OutputsApart(a));
 
   Problem q;
   q.dtype = CoreDType(x.dtype);
+  q.weight_dtype = scales != nullptr ? CoreDType(scales->dtype) : q.dtype;
   q.mode = mode;
   q.tokens = R;
   q.topk = K;

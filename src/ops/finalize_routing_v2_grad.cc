@@ -85,23 +85,31 @@ Status Plan(const FinalizeRoutingV2GradArgs& a, PlanPtr* plan, std::vector<Outpu
                                                     {a.expert_num, a.expert_capacity, H}, grad_y.dtype)
                                     : c.OutputShape(&a.grad_expanded_x, "gradExpandedXOut", {rows, H}, grad_y.dtype));
   if (scales != nullptr) {
-    MOEGRAD_RETURN_IF_ERROR(c.OutputShape(Opt(a.grad_scales), "gradScalesOut", {R, K}, grad_y.dtype));
+    MOEGRAD_RETURN_IF_ERROR(c.OutputShape(Opt(a.grad_scales), "gradScalesOut", {R, K}, scales->dtype));
   }
 
+  // The two dtype groups: the tokens (gradY's dtype) and the weights (scales').
+  const char* tokens_group = GroupNames<FinalizeRoutingV2GradArgs>(DTypeGroup::kTokens);
   const struct {
     const TensorView* t;
     const char* name;
-  } floats[] = {{expanded_x, "expandedX"}, {scales, "scales"}, {bias, "bias"},
-                {c.Given(&a.grad_expanded_x), "gradExpandedXOut"},
-                {scales ? c.Given(Opt(a.grad_scales)) : nullptr, "gradScalesOut"}};
+  } floats[] = {{expanded_x, "expandedX"}, {bias, "bias"}, {c.Given(&a.grad_expanded_x), "gradExpandedXOut"}};
   for (const auto& f : floats) {
-    if (f.t != nullptr) MOEGRAD_RETURN_IF_ERROR(c.SameDType(*f.t, f.name, grad_y, "gradY"));
+    if (f.t != nullptr) MOEGRAD_RETURN_IF_ERROR(c.SameDType(*f.t, f.name, grad_y, "gradY", tokens_group));
+  }
+  if (scales != nullptr) {
+    MOEGRAD_RETURN_IF_ERROR(c.FloatDType(*scales, "scales"));
+    if (const TensorView* gs = c.Given(Opt(a.grad_scales))) {
+      MOEGRAD_RETURN_IF_ERROR(c.SameDType(*gs, "gradScalesOut", *scales, "scales",
+                                          GroupNames<FinalizeRoutingV2GradArgs>(DTypeGroup::kWeights)));
+    }
   }
   if (c.querying()) return c.OutputsReported(a);
   MOEGRAD_RETURN_IF_ERROR(c.OutputsApart(a));
 
   Problem q;
   q.dtype = CoreDType(grad_y.dtype);
+  q.weight_dtype = scales != nullptr ? CoreDType(scales->dtype) : q.dtype;
   q.mode = mode;
   q.tokens = R;
   q.topk = K;

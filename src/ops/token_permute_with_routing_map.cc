@@ -27,7 +27,7 @@ Status Plan(const TokenPermuteWithRoutingMapArgs& a, PlanPtr* plan, std::vector<
   const int64_t E = map.sizes[1];
   if (probs != nullptr) {
     MOEGRAD_RETURN_IF_ERROR(c.Shape(*probs, "probs", {T, E}));
-    MOEGRAD_RETURN_IF_ERROR(c.SameDType(*probs, "probs", tokens, "tokens"));
+    MOEGRAD_RETURN_IF_ERROR(c.FloatDType(*probs, "probs"));  // the weight group: its own dtype
   }
 
   const int64_t n = a.num_out_tokens;
@@ -59,9 +59,11 @@ Status Plan(const TokenPermuteWithRoutingMapArgs& a, PlanPtr* plan, std::vector<
     return c.Fail(StatusCode::kInvalid, "sortedIndicesOut would hold %lld, which INT32 cannot represent",
                   static_cast<long long>(largest));
   }
-  MOEGRAD_RETURN_IF_ERROR(c.Output(&a.permute_tokens, "permuteTokensOut", {n, H}, tokens, "tokens"));
+  MOEGRAD_RETURN_IF_ERROR(c.Output(&a.permute_tokens, "permuteTokensOut", {n, H}, tokens, "tokens",
+                                   GroupNames<TokenPermuteWithRoutingMapArgs>(DTypeGroup::kTokens)));
   if (probs != nullptr) {
-    MOEGRAD_RETURN_IF_ERROR(c.Output(Opt(a.permute_probs), "permuteProbsOut", {n}, tokens, "tokens"));
+    MOEGRAD_RETURN_IF_ERROR(c.Output(Opt(a.permute_probs), "permuteProbsOut", {n}, *probs, "probs",
+                                     GroupNames<TokenPermuteWithRoutingMapArgs>(DTypeGroup::kWeights)));
   }
   MOEGRAD_RETURN_IF_ERROR(c.Output(&a.sorted_indices, "sortedIndicesOut", {n}, DType::kInt32));
   if (c.querying()) return c.OutputsReported(a);
@@ -69,6 +71,7 @@ Status Plan(const TokenPermuteWithRoutingMapArgs& a, PlanPtr* plan, std::vector<
 
   Problem q;
   q.element_bytes = tokens.element_size();
+  q.weight_element_bytes = probs != nullptr ? probs->element_size() : q.element_bytes;
   q.tokens = T;
   q.experts = E;
   q.hidden = H;

@@ -48,7 +48,7 @@ Status Plan(const TokenPermuteWithRoutingMapGradArgs& a, PlanPtr* plan, std::vec
       return c.Fail(StatusCode::kInvalid, "permutedProbsOutputGrad has %lld rows but permutedTokenOutputGrad has %lld",
                     static_cast<long long>(pg.sizes[0]), static_cast<long long>(N));
     }
-    MOEGRAD_RETURN_IF_ERROR(c.SameDType(pg, "permutedProbsOutputGrad", grad, "permutedTokenOutputGrad"));
+    MOEGRAD_RETURN_IF_ERROR(c.FloatDType(pg, "permutedProbsOutputGrad"));  // the weight group: its own dtype
   }
 
   if (!a.drop_and_pad && N % T != 0) {
@@ -66,15 +66,18 @@ Status Plan(const TokenPermuteWithRoutingMapGradArgs& a, PlanPtr* plan, std::vec
     MOEGRAD_RETURN_IF_ERROR(c.Shape(*routing_map, "routingMap", {T, E}));
     MOEGRAD_RETURN_IF_ERROR(c.IndexMapDType(*routing_map, "routingMap"));
   }
-  MOEGRAD_RETURN_IF_ERROR(c.Output(&a.tokens_grad, "tokensGradOut", {T, H}, grad, "permutedTokenOutputGrad"));
+  MOEGRAD_RETURN_IF_ERROR(c.Output(&a.tokens_grad, "tokensGradOut", {T, H}, grad, "permutedTokenOutputGrad",
+                                   GroupNames<TokenPermuteWithRoutingMapGradArgs>(DTypeGroup::kTokens)));
   if (has_probs) {
-    MOEGRAD_RETURN_IF_ERROR(c.Output(probs_grad, "probsGradOut", {T, E}, grad, "permutedTokenOutputGrad"));
+    MOEGRAD_RETURN_IF_ERROR(c.Output(probs_grad, "probsGradOut", {T, E}, *probs_in, "permutedProbsOutputGrad",
+                                     GroupNames<TokenPermuteWithRoutingMapGradArgs>(DTypeGroup::kWeights)));
   }
   if (c.querying()) return c.OutputsReported(a);
   MOEGRAD_RETURN_IF_ERROR(c.OutputsApart(a));
 
   Problem q;
   q.dtype = CoreDType(grad.dtype);
+  q.weight_dtype = has_probs ? CoreDType(probs_in->dtype) : q.dtype;
   q.drop_and_pad = a.drop_and_pad;
   q.tokens = T;
   q.experts = E;

@@ -42,7 +42,8 @@ def test_backward_error_surfaces_as_value_error():
     (lambda: mt.moe_finalize_routing_v2(torch.randn(6, 3), torch.arange(6, dtype=torch.int64),
                                         scales=torch.rand(3, 2)), r"^MoeFinalizeRoutingV2: expandedRowIdx .*INT64"),
     (lambda: mt.moe_finalize_routing_v2(torch.randn(6, 3), torch.arange(6, dtype=torch.int32),
-                                        scales=torch.rand(3, 2).bfloat16()), r"^MoeFinalizeRoutingV2: scales"),
+                                        x1=torch.randn(3, 3).bfloat16(), scales=torch.rand(3, 2)),
+     r"^MoeFinalizeRoutingV2: x1 is BFLOAT16 but expandedX is FLOAT32"),
     (lambda: mt.moe_finalize_routing_v2(torch.randn(6, 3), torch.arange(6, dtype=torch.int32),
                                         scales=torch.rand(3, 2), drop_pad_mode=4),
      r"^MoeFinalizeRoutingV2: dropPadMode"),
@@ -210,9 +211,10 @@ def test_gil_is_released_while_kernels_run():
         moegrad.set_num_threads(saved)
 
 
-def test_results_identical_for_every_thread_count():
+@pytest.mark.parametrize("probs_dtype", [torch.bfloat16, torch.float32])
+def test_results_identical_for_every_thread_count(probs_dtype):
     tokens = torch.randn(300, 96).bfloat16().requires_grad_(True)
-    probs = torch.rand(300, 16).bfloat16().requires_grad_(True)
+    probs = torch.rand(300, 16).to(probs_dtype).requires_grad_(True)
     rmap = routing(300, 16, 4)
     saved = moegrad.num_threads()
     results = []

@@ -6,6 +6,8 @@ import moegrad.torch as mt
 from reference import assert_close, finalize_ref, leaf64, make_view
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# (tokens, scales) of mixed precision: the scales and their gradient keep a dtype of their own.
+MIXED = [(t, w) for t in DTYPES for w in DTYPES if t != w]
 
 
 def make_combine(tokens, topk, hidden, experts, capacity, mode, duplicates=False):
@@ -33,7 +35,9 @@ def make_combine(tokens, topk, hidden, experts, capacity, mode, duplicates=False
 
 
 def run_case(mode, dtype, with_scales, with_bias, with_x12, layout, duplicates=False,
-             tokens=13, topk=3, hidden=19, experts=5, capacity=6):
+             tokens=13, topk=3, hidden=19, experts=5, capacity=6, scales_dtype=None):
+    """`dtype`: every float tensor's but the scales', which are in `scales_dtype` (default: dtype)."""
+    scales_dtype = scales_dtype or dtype
     shape, idx, expert_idx = make_combine(tokens, topk, hidden, experts, capacity, mode, duplicates)
     data = {
         "expanded_x": torch.randn(shape),
@@ -42,7 +46,8 @@ def run_case(mode, dtype, with_scales, with_bias, with_x12, layout, duplicates=F
         "x1": torch.randn(tokens, hidden) if with_x12 else None,
         "x2": torch.randn(tokens, hidden) if with_x12 else None,
     }
-    data = {k: None if v is None else make_view(v.to(dtype), layout) for k, v in data.items()}
+    data = {k: None if v is None else make_view(v.to(scales_dtype if k == "scales" else dtype), layout)
+            for k, v in data.items()}
     idx = make_view(idx, layout)
     # expert_idx is needed with bias; otherwise it only tells R (without it, and without scales/x1/x2, K = 1).
     expert_idx = make_view(expert_idx, layout)
@@ -63,9 +68,25 @@ def run_case(mode, dtype, with_scales, with_bias, with_x12, layout, duplicates=F
     ref.backward(grad_y.double())
     for name, v in data.items():
         if v is not None:
-            assert v.grad is not None and v.grad.shape == v.shape and v.grad.dtype == dtype, name
+            assert v.grad is not None and v.grad.shape == v.shape and v.grad.dtype == v.dtype, name
             # bias grads sum up to R*K products in fp32 before their one rounding.
-            assert_close(v.grad, ref_in[name].grad, dtype, name + ".grad")
+            assert_close(v.grad, ref_in[name].grad, v.dtype, name + ".grad")
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+@pytest.mark.parametrize("dtype,scales_dtype", MIXED)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_mixed_precision(mode, dtype, scales_dtype, with_bias):
+    """expanded_x, bias, x1, x2 and out in one dtype, scales in another (bf16 tokens with fp32 routing weights,
+    and every other pair): out and the token gradients in the tokens' dtype, scales.grad in the scales'."""
+    run_case(mode, dtype, True, with_bias, True, "contiguous", scales_dtype=scales_dtype)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+@pytest.mark.parametrize("dtype,scales_dtype", [(torch.bfloat16, torch.float32), (torch.float32, torch.float16)])
+def test_mixed_precision_views_and_duplicates(mode, dtype, scales_dtype):
+    run_case(mode, dtype, True, True, True, "transposed", scales_dtype=scales_dtype)
+    run_case(mode, dtype, True, True, False, "contiguous", duplicates=True, scales_dtype=scales_dtype)
 
 
 @pytest.mark.parametrize("mode", [0, 1, 2, 3])
@@ -104,11 +125,12 @@ def test_topk_one_without_scales(mode):
     assert torch.equal(x.grad, expected)
 
 
-def test_realistic_shape_bf16():
+@pytest.mark.parametrize("scales_dtype", [torch.bfloat16, torch.float32])
+def test_realistic_shape_bf16(scales_dtype):
     run_case(2, torch.bfloat16, True, True, False, "contiguous", tokens=64, topk=8, hidden=256, experts=32,
-             capacity=24)
+             capacity=24, scales_dtype=scales_dtype)
     run_case(1, torch.bfloat16, True, True, True, "contiguous", tokens=64, topk=8, hidden=256, experts=32,
-             capacity=12)
+             capacity=12, scales_dtype=scales_dtype)
 
 
 def test_scales_only_gradient():
@@ -125,25 +147,31 @@ def test_scales_only_gradient():
     assert_close(scales.grad, ref_scales.grad, torch.float32, "scales.grad")
 
 
+# (tokens, scales) dtypes of the calls whose gradients come without the gradient operator.
+NO_ROWS_DTYPES = [(torch.float32, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16)]
+
+
 @pytest.mark.parametrize("mode", [1, 3])
-def test_zero_capacity_only_bias_contributes(mode):
+@pytest.mark.parametrize("dtype,scales_dtype", NO_ROWS_DTYPES)
+def test_zero_capacity_only_bias_contributes(mode, dtype, scales_dtype):
     tokens, topk, hidden, experts = 3, 2, 4, 3
-    x = torch.randn(experts, 0, hidden, requires_grad=True)
-    scales = torch.rand(tokens, topk, requires_grad=True)
-    bias = torch.randn(experts, hidden, requires_grad=True)
+    x = torch.randn(experts, 0, hidden, dtype=dtype, requires_grad=True)
+    scales = torch.rand(tokens, topk).to(scales_dtype).requires_grad_(True)
+    bias = torch.randn(experts, hidden).to(dtype).requires_grad_(True)
     expert_idx = torch.randint(0, experts, (tokens, topk), dtype=torch.int32)
     idx = torch.full((tokens * topk,), -1, dtype=torch.int32)
     out = mt.moe_finalize_routing_v2(x, idx, bias=bias, scales=scales, expert_idx=expert_idx, drop_pad_mode=mode)
     ref_scales, ref_bias = leaf64(scales), leaf64(bias)
     ref = finalize_ref(x.detach().double(), idx, bias=ref_bias, scales=ref_scales, expert_idx=expert_idx,
                        drop_pad_mode=mode)
-    grad_y = torch.randn(tokens, hidden)
+    grad_y = torch.randn(tokens, hidden).to(dtype)
     out.backward(grad_y)
     ref.backward(grad_y.double())
-    assert_close(out, ref, torch.float32, "out")
-    assert_close(scales.grad, ref_scales.grad, torch.float32, "scales.grad")
-    assert_close(bias.grad, ref_bias.grad, torch.float32, "bias.grad")
-    assert x.grad.shape == x.shape
+    assert out.dtype == dtype and scales.grad.dtype == scales_dtype and bias.grad.dtype == dtype
+    assert_close(out, ref, dtype, "out")
+    assert_close(scales.grad, ref_scales.grad, scales_dtype, "scales.grad")
+    assert_close(bias.grad, ref_bias.grad, dtype, "bias.grad")
+    assert x.grad.shape == x.shape and x.grad.dtype == dtype
 
 
 @pytest.mark.parametrize("mode", [0, 1, 2, 3])
@@ -158,16 +186,17 @@ def test_no_tokens(mode):
 
 @pytest.mark.parametrize("mode", [0, 1, 2, 3])
 @pytest.mark.parametrize("with_scales", [False, True])
-def test_no_tokens_with_bias(mode, with_scales):
+@pytest.mark.parametrize("dtype,scales_dtype", NO_ROWS_DTYPES)
+def test_no_tokens_with_bias(mode, with_scales, dtype, scales_dtype):
     """An expert-parallel rank that receives no tokens: bias and expert_idx of shape (0, K), scales or not."""
-    x = torch.randn((0, 4) if mode % 2 == 0 else (2, 3, 4), requires_grad=True)
-    bias = torch.randn(2, 4, requires_grad=True)
-    scales = torch.rand(0, 2, requires_grad=True) if with_scales else None
+    x = torch.randn((0, 4) if mode % 2 == 0 else (2, 3, 4), dtype=dtype, requires_grad=True)
+    bias = torch.randn(2, 4, dtype=dtype, requires_grad=True)
+    scales = torch.rand(0, 2, dtype=scales_dtype, requires_grad=True) if with_scales else None
     out = mt.moe_finalize_routing_v2(x, torch.zeros(0, dtype=torch.int32), bias=bias, scales=scales,
                                      expert_idx=torch.zeros(0, 2, dtype=torch.int32), drop_pad_mode=mode)
-    assert out.shape == (0, 4)
+    assert out.shape == (0, 4) and out.dtype == dtype
     out.sum().backward()
     assert torch.equal(x.grad, torch.zeros_like(x))
     assert torch.equal(bias.grad, torch.zeros_like(bias))
     if with_scales:
-        assert scales.grad.shape == (0, 2)
+        assert scales.grad.shape == (0, 2) and scales.grad.dtype == scales_dtype

@@ -5,7 +5,10 @@ import torch
 import moegrad.torch as mt
 from reference import assert_close, make_view
 
-DTYPES = [torch.float32, torch.bfloat16]
+# (tokens, weights): the dtype of every float tensor but the routing weights, and that of the routing weights
+# (scales, probs) and their gradients: one dtype, bf16 tokens with fp32 weights, fp32 tokens with f16 weights.
+PRECISIONS = [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
+              (torch.float32, torch.float16)]
 
 
 def check_output(got, want, shape, dtype, name):
@@ -40,11 +43,11 @@ def finalize_routing_v2_grad_formula(grad_y, idx, expanded_x, scales, expert_idx
     return grad_x.reshape(rows_shape), grad_s
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype,weight_dtype", PRECISIONS)
 @pytest.mark.parametrize("mode,active_num", [(0, 0), (0, 11), (0, 1000), (1, 0)])
 @pytest.mark.parametrize("with_scales,with_bias", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
-def test_finalize_routing_v2_grad_operator(dtype, mode, active_num, with_scales, with_bias, layout):
+def test_finalize_routing_v2_grad_operator(dtype, weight_dtype, mode, active_num, with_scales, with_bias, layout):
     tokens, topk, hidden, experts, capacity = 9, 2, 13, 4, 4
     pairs = tokens * topk
     if mode == 0:
@@ -56,7 +59,7 @@ def test_finalize_routing_v2_grad_operator(dtype, mode, active_num, with_scales,
         idx = torch.randint(-1, experts * capacity, (pairs,), dtype=torch.int32)
     grad_y = make_view(torch.randn(tokens, hidden).to(dtype), layout)
     expanded_x = make_view(torch.randn(shape).to(dtype), layout) if with_scales else None
-    scales = make_view(torch.rand(tokens, topk).to(dtype), layout) if with_scales else None
+    scales = make_view(torch.rand(tokens, topk).to(weight_dtype), layout) if with_scales else None
     expert_idx = torch.randint(0, experts, (tokens, topk), dtype=torch.int32) if with_bias else None
     bias = make_view(torch.randn(experts, hidden).to(dtype), layout) if with_bias else None
 
@@ -67,7 +70,7 @@ def test_finalize_routing_v2_grad_operator(dtype, mode, active_num, with_scales,
     want_x, want_s = finalize_routing_v2_grad_formula(grad_y, idx, expanded_x, scales, expert_idx, bias, mode,
                                                       active_num, shape)
     check_output(grad_x, want_x, shape, dtype, "grad_expanded_x")
-    check_output(grad_s, want_s if with_scales else None, (tokens, topk), dtype, "grad_scales")
+    check_output(grad_s, want_s if with_scales else None, (tokens, topk), weight_dtype, "grad_scales")
 
 
 def token_permute_with_routing_map_grad_formula(grad, sorted_indices, experts, tokens, drop_and_pad, probs_grad,
@@ -98,11 +101,11 @@ def token_permute_with_routing_map_grad_formula(grad, sorted_indices, experts, t
     return tokens_grad, out_probs
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype,weight_dtype", PRECISIONS)
 @pytest.mark.parametrize("drop_and_pad", [False, True])
 @pytest.mark.parametrize("with_probs", [False, True])
 @pytest.mark.parametrize("layout", ["contiguous", "sliced"])
-def test_token_permute_with_routing_map_grad_operator(dtype, drop_and_pad, with_probs, layout):
+def test_token_permute_with_routing_map_grad_operator(dtype, weight_dtype, drop_and_pad, with_probs, layout):
     tokens, experts, hidden, topk, capacity = 11, 5, 9, 2, 4
     routing_map = torch.zeros(tokens, experts, dtype=torch.bool).scatter_(
         1, torch.rand(tokens, experts).topk(topk, dim=1).indices, True)
@@ -112,7 +115,7 @@ def test_token_permute_with_routing_map_grad_operator(dtype, drop_and_pad, with_
     else:
         sorted_indices = torch.randperm(rows).to(torch.int32)
     grad = make_view(torch.randn(rows, hidden).to(dtype), layout)
-    probs_grad = make_view(torch.randn(rows).to(dtype), layout) if with_probs else None
+    probs_grad = make_view(torch.randn(rows).to(weight_dtype), layout) if with_probs else None
 
     tokens_grad, out_probs = mt.moe_token_permute_with_routing_map_grad(
         grad, make_view(sorted_indices, layout), experts, tokens, drop_and_pad=drop_and_pad,
@@ -120,7 +123,7 @@ def test_token_permute_with_routing_map_grad_operator(dtype, drop_and_pad, with_
     want_t, want_p = token_permute_with_routing_map_grad_formula(grad, sorted_indices, experts, tokens, drop_and_pad,
                                                                  probs_grad, routing_map)
     check_output(tokens_grad, want_t, (tokens, hidden), dtype, "tokens_grad")
-    check_output(out_probs, want_p if with_probs else None, (tokens, experts), dtype, "probs_grad")
+    check_output(out_probs, want_p if with_probs else None, (tokens, experts), weight_dtype, "probs_grad")
 
 
 def test_grad_operators_are_not_differentiable_but_accept_grad_inputs():

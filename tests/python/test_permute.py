@@ -6,6 +6,8 @@ import moegrad.torch as mt
 from reference import assert_close, expected_sorted_indices, leaf64, make_view, permute_ref
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# (tokens, probs) of mixed precision: the probabilities and their gradients keep a dtype of their own.
+MIXED = [(t, p) for t in DTYPES for p in DTYPES if t != p]
 
 
 def topk_routing_map(tokens, experts, topk, map_dtype):
@@ -21,7 +23,8 @@ def random_routing_map(tokens, experts, density, map_dtype):
 
 
 def run_case(tokens, routing_map, probs, num_out_tokens, drop_and_pad, dtype):
-    """Forward + backward through moegrad and through the reference; compares every output and gradient."""
+    """Forward + backward through moegrad and through the reference; compares every output and gradient.
+    `dtype` is the tokens'; probs (and so permuted_probs and probs.grad) may have another."""
     ref_tokens, ref_probs = leaf64(tokens), leaf64(probs)
     ref_perm, ref_pprobs, token_of_row = permute_ref(ref_tokens, routing_map, ref_probs,
                                                      num_out_tokens, drop_and_pad)
@@ -39,13 +42,14 @@ def run_case(tokens, routing_map, probs, num_out_tokens, drop_and_pad, dtype):
     if probs is None:
         assert pprobs is None
     else:
+        assert pprobs.dtype == probs.dtype
         assert torch.equal(pprobs.double(), ref_pprobs.detach())
 
     grad_perm = torch.randn(perm.shape).to(dtype)
     loss = (perm * grad_perm).sum()
     ref_loss = (ref_perm * grad_perm.double()).sum()
     if probs is not None:
-        grad_pprobs = torch.randn(pprobs.shape).to(dtype)
+        grad_pprobs = torch.randn(pprobs.shape).to(probs.dtype)
         loss = loss + (pprobs * grad_pprobs).sum()
         ref_loss = ref_loss + (ref_pprobs * grad_pprobs.double()).sum()
     loss.backward()
@@ -53,7 +57,8 @@ def run_case(tokens, routing_map, probs, num_out_tokens, drop_and_pad, dtype):
     assert tokens.grad.dtype == dtype and tokens.grad.shape == tokens.shape
     assert_close(tokens.grad, ref_tokens.grad, dtype, "tokens.grad")
     if probs is not None:
-        assert_close(probs.grad, ref_probs.grad, dtype, "probs.grad")
+        assert probs.grad.dtype == probs.dtype and probs.grad.shape == probs.shape
+        assert_close(probs.grad, ref_probs.grad, probs.dtype, "probs.grad")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -79,6 +84,22 @@ def test_drop_and_pad(dtype, with_probs, map_dtype, layout, capacity):
     probs = make_view(torch.rand(num_tokens, experts).to(dtype), layout) if with_probs else None
     routing_map = make_view(random_routing_map(num_tokens, experts, 0.3, map_dtype), layout)
     run_case(tokens, routing_map, probs, experts * capacity, True, dtype)
+
+
+@pytest.mark.parametrize("dtype,probs_dtype", MIXED)
+@pytest.mark.parametrize("drop_and_pad", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_mixed_precision(dtype, probs_dtype, drop_and_pad, layout):
+    """Tokens in one dtype, probs in another (bf16 tokens with fp32 router probabilities, and every other pair):
+    permuted_probs and probs.grad in the probs' dtype, the rest in the tokens'."""
+    num_tokens, hidden, experts, topk = 23, 19, 6, 2
+    tokens = make_view(torch.randn(num_tokens, hidden).to(dtype), layout)
+    probs = make_view(torch.rand(num_tokens, experts).to(probs_dtype), layout)
+    if drop_and_pad:
+        routing_map = random_routing_map(num_tokens, experts, 0.3, torch.bool)
+        run_case(tokens, routing_map, probs, experts * 5, True, dtype)
+    else:
+        run_case(tokens, topk_routing_map(num_tokens, experts, topk, torch.int8), probs, None, False, dtype)
 
 
 @pytest.mark.parametrize("topk", [1, 2, 8])
@@ -120,10 +141,13 @@ def test_empty_hidden():
     assert tokens.grad.shape == (6, 0)
 
 
-def test_no_tokens():
-    tokens = torch.randn(0, 4, requires_grad=True)
-    probs = torch.rand(0, 3, requires_grad=True)
+@pytest.mark.parametrize("dtype,probs_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32)])
+def test_no_tokens(dtype, probs_dtype):
+    tokens = torch.randn(0, 4, dtype=dtype, requires_grad=True)
+    probs = torch.rand(0, 3, dtype=probs_dtype, requires_grad=True)
     perm, pprobs, idx = mt.moe_token_permute_with_routing_map(tokens, torch.zeros(0, 3, dtype=torch.bool), probs)
     assert perm.shape == (0, 4) and pprobs.shape == (0,) and idx.shape == (0,)
+    assert perm.dtype == dtype and pprobs.dtype == probs_dtype
     (perm.sum() + pprobs.sum()).backward()
     assert tokens.grad.shape == (0, 4) and probs.grad.shape == (0, 3)
+    assert tokens.grad.dtype == dtype and probs.grad.dtype == probs_dtype

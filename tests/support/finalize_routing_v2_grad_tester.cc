@@ -49,17 +49,18 @@ int64_t FinalizeRoutingV2GradTester::rows() const {
   return active_num_ > 0 && active_num_ < pairs ? active_num_ : pairs;
 }
 
-std::string FinalizeRoutingV2GradTester::Describe(DType dtype) const {
+std::string FinalizeRoutingV2GradTester::Describe(DTypes dtypes) const {
   std::ostringstream s;
   s << "R=" << tokens_ << " H=" << hidden_ << " K=" << topk_ << " mode=" << mode_ << " E=" << experts_
     << " C=" << capacity_ << " activeNum=" << active_num_ << " scales=" << scales_ << " bias=" << bias_
     << " dup=" << duplicates_ << " in=" << LayoutName(in_layout_) << " out=" << LayoutName(out_layout_)
     << " x=" << pass_expanded_x_ << " gs=" << pass_grad_scales_ << " eidx=" << pass_expert_idx_ << " seed=" << seed_
-    << " api=" << ApiName(api_) << " dtype=" << DTypeName(dtype);
+    << " api=" << ApiName(api_) << " dtype=" << DTypesName(dtypes);
   return s.str();
 }
 
-FinalizeRoutingV2GradCase FinalizeRoutingV2GradTester::Build(DType dtype) const {
+FinalizeRoutingV2GradCase FinalizeRoutingV2GradTester::Build(DTypes dtypes) const {
+  const DType dtype = dtypes.tokens, wdtype = dtypes.weights;
   std::mt19937_64 rng(seed_ * 0x9e3779b97f4a7c15ull + 17);
   const int64_t R = tokens_, H = hidden_, K = topk_, E = experts_, C = capacity_;
   const int64_t pairs = R * K;
@@ -72,6 +73,7 @@ FinalizeRoutingV2GradCase FinalizeRoutingV2GradTester::Build(DType dtype) const 
 
   FinalizeRoutingV2GradCase c;
   c.dtype = dtype;
+  c.weight_dtype = wdtype;
   c.drop_pad_mode = mode_;
   c.active_num = active_num_;
   c.expert_num = mode_ == 1 ? E : 0;
@@ -108,7 +110,7 @@ FinalizeRoutingV2GradCase FinalizeRoutingV2GradTester::Build(DType dtype) const 
     c.expanded_x->FillUniform(rng);
   }
   if (scales_) {
-    c.scales = make(dtype, {R, K}, in_layout_);
+    c.scales = make(wdtype, {R, K}, in_layout_);
     c.scales->FillUniform(rng);
   }
   if (bias_ || pass_expert_idx_) {
@@ -121,7 +123,7 @@ FinalizeRoutingV2GradCase FinalizeRoutingV2GradTester::Build(DType dtype) const 
     c.bias->FillUniform(rng);
   }
   c.grad_expanded_x = make(dtype, row_shape, out_layout_);
-  if (scales_ || pass_grad_scales_) c.grad_scales = make(dtype, {R, K}, out_layout_);
+  if (scales_ || pass_grad_scales_) c.grad_scales = make(wdtype, {R, K}, out_layout_);
   return c;
 }
 
@@ -131,20 +133,20 @@ int FinalizeRoutingV2GradTester::Run(FinalizeRoutingV2GradCase& c, std::string* 
   return static_cast<int>(s.code());
 }
 
-void FinalizeRoutingV2GradTester::Test(DType dtype) const {
-  SCOPED_TRACE(Describe(dtype));
+void FinalizeRoutingV2GradTester::Test(DTypes dtypes) const {
+  SCOPED_TRACE(Describe(dtypes));
   ASSERT_TRUE(scales_ || !bias_) << "bias needs scales";
-  FinalizeRoutingV2GradCase c = Build(dtype);
+  FinalizeRoutingV2GradCase c = Build(dtypes);
   const FinalizeRoutingV2GradCase before = c;
   std::string message;
   ASSERT_EQ(Run(c, &message), 0) << message;
   Check(c, before);
 }
 
-void FinalizeRoutingV2GradTester::TestDeterminism(DType dtype) const {
-  SCOPED_TRACE(Describe(dtype));
+void FinalizeRoutingV2GradTester::TestDeterminism(DTypes dtypes) const {
+  SCOPED_TRACE(Describe(dtypes));
   ASSERT_TRUE(scales_ || !bias_) << "bias needs scales";
-  const FinalizeRoutingV2GradCase before = Build(dtype);
+  const FinalizeRoutingV2GradCase before = Build(dtypes);
   std::vector<uint8_t> gx_first, gs_first;
   std::string first_run;
   const std::vector<std::string> targets = ForEachSimdTarget([&] {
@@ -174,7 +176,7 @@ void FinalizeRoutingV2GradTester::TestDeterminism(DType dtype) const {
 
 void FinalizeRoutingV2GradTester::Check(const FinalizeRoutingV2GradCase& c,
                                         const FinalizeRoutingV2GradCase& before) const {
-  const DType dtype = c.dtype;
+  const DType dtype = c.dtype, wdtype = c.weight_dtype;
   const int64_t R = tokens_, H = hidden_, K = topk_, pairs = R * K;
   const int64_t rows = this->rows();
 
@@ -190,7 +192,7 @@ void FinalizeRoutingV2GradTester::Check(const FinalizeRoutingV2GradCase& c,
 
   // The reference, on separate contiguous outputs.
   TestTensor ref_gx(dtype, c.grad_expanded_x->sizes_vector());
-  TestTensor ref_gs(dtype, {R, K});
+  TestTensor ref_gs(wdtype, {R, K});
   FinalizeRoutingV2GradArgs ra = c.Args();
   ra.grad_expanded_x = ref_gx.view();
   ra.grad_scales = scales_ ? std::optional<TensorView>(ref_gs.view()) : std::nullopt;
@@ -230,12 +232,12 @@ void FinalizeRoutingV2GradTester::Check(const FinalizeRoutingV2GradCase& c,
   // gradScales: the same fp32 products p_j in both, summed in different orders. Recursive summation of n
   // terms is within gamma_n * sum |p_j| of the exact sum (gamma_n = n u / (1 - n u), u = 2^-24); the kernel's
   // 16 partial sums plus a 4-level tree have at most H/16 + 4 <= H + 16 terms in any chain. Then one rounding
-  // to the dtype (unit roundoff ud), plus half an fp16 subnormal step.
+  // to the weights' dtype (unit roundoff ud), plus half an fp16 subnormal step.
   const double u = std::ldexp(1.0, -24);
   const double n = static_cast<double>(H + 16);
   const double gamma = n * u / (1.0 - n * u);
-  const double ud = dtype == DType::kFloat32 ? 0.0 : Epsilon(dtype) / 2.0;
-  const double tiny = dtype == DType::kFloat16 ? std::ldexp(1.0, -25) : 0.0;
+  const double ud = wdtype == DType::kFloat32 ? 0.0 : Epsilon(wdtype) / 2.0;
+  const double tiny = wdtype == DType::kFloat16 ? std::ldexp(1.0, -25) : 0.0;
   bad = 0;
   for (int64_t i = 0; i < pairs; ++i) {
     const int64_t v = c.expanded_row_idx->GetI(i);

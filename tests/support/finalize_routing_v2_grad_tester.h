@@ -2,8 +2,10 @@
 //
 //   FinalizeRoutingV2GradTester().tokens(7).hidden(33).topk(3).mode(1).experts(4).capacity(5)
 //       .scales(true).bias(true).duplicates(true).layout(Layout::kPadded).seed(2).Test(DType::kBFloat16);
+//   FinalizeRoutingV2GradTester().tokens(7).hidden(33).seed(3).Test({DType::kBFloat16, DType::kFloat32});
 //
-// builds random inputs in TestTensors (random slack around every view), runs the operator through the chosen
+// builds random inputs in TestTensors (random slack around every view; scales and gradScalesOut in the weights'
+// dtype, the other float tensors in the tokens', the two the same or not), runs the operator through the chosen
 // API, runs the scalar reference on separate outputs and checks the contract of
 // docs/ops/finalize_routing_v2_grad.md: gradExpandedX bit-identical to the reference, rows nobody writes zero,
 // gradScales within the fp32 summation bound, no byte outside an output view written, gradScalesOut untouched
@@ -24,7 +26,8 @@ namespace moegrad::testing {
 
 // The tensors and attributes of one call. Absent tensors are nullopt (required ones too, for error tests).
 struct FinalizeRoutingV2GradCase {
-  DType dtype = DType::kFloat32;
+  DType dtype = DType::kFloat32;         // gradY, expandedX, bias, gradExpandedXOut
+  DType weight_dtype = DType::kFloat32;  // scales, gradScalesOut
   int64_t drop_pad_mode = 0;
   int64_t active_num = 0;
   int64_t expert_num = 0;
@@ -125,14 +128,17 @@ class FinalizeRoutingV2GradTester {
   }
 
   int64_t rows() const;  // rows of expandedX / gradExpandedX
-  std::string Describe(DType dtype) const;
+  std::string Describe(DTypes dtypes) const;
 
-  // A valid case: random inputs, outputs full of random bytes.
-  FinalizeRoutingV2GradCase Build(DType dtype) const;
+  // A valid case: random inputs, outputs full of random bytes. One DType: both groups in it.
+  FinalizeRoutingV2GradCase Build(DTypes dtypes) const;
+  FinalizeRoutingV2GradCase Build(DType dtype) const { return Build({dtype, dtype}); }
   // Runs the operator once through api() and checks everything against the reference.
-  void Test(DType dtype) const;
+  void Test(DTypes dtypes) const;
+  void Test(DType dtype) const { Test({dtype, dtype}); }
   // Test() on every SIMD target with 1, 2 and 3 threads; every run's output storage must be bit-identical.
-  void TestDeterminism(DType dtype) const;
+  void TestDeterminism(DTypes dtypes) const;
+  void TestDeterminism(DType dtype) const { TestDeterminism({dtype, dtype}); }
 
  private:
   // Runs the operator on `c` through api(); returns its status (0 on success) and the message.

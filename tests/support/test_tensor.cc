@@ -188,6 +188,11 @@ std::vector<std::string> ForEachThreadCountAndSimdTarget(const std::function<voi
   return names;
 }
 
+std::string DTypesName(DTypes d) {
+  if (d.tokens == d.weights) return DTypeName(d.tokens);
+  return std::string("tokens ") + DTypeName(d.tokens) + " weights " + DTypeName(d.weights);
+}
+
 float Epsilon(DType dtype) {
   switch (dtype) {
     case DType::kFloat16: return 1.0f / 1024;

@@ -101,4 +101,17 @@ std::vector<std::string> ForEachThreadCountAndSimdTarget(const std::function<voi
 // Relative tolerance of one rounding to `dtype`.
 float Epsilon(DType dtype);
 
+// The dtypes of a call's two float groups: the tokens and the routing weights (scales, probs and their
+// gradients), each FLOAT32, FLOAT16 or BFLOAT16, independent of each other.
+struct DTypes {
+  DType tokens, weights;
+};
+// The nine combinations: the three equal ones first.
+inline constexpr DTypes kEveryDTypes[] = {
+    {DType::kFloat32, DType::kFloat32}, {DType::kFloat16, DType::kFloat16}, {DType::kBFloat16, DType::kBFloat16},
+    {DType::kBFloat16, DType::kFloat32}, {DType::kFloat16, DType::kFloat32}, {DType::kFloat32, DType::kBFloat16},
+    {DType::kFloat32, DType::kFloat16}, {DType::kFloat16, DType::kBFloat16}, {DType::kBFloat16, DType::kFloat16}};
+// "BFLOAT16" when both groups share it, else "tokens BFLOAT16 weights FLOAT32".
+std::string DTypesName(DTypes d);
+
 }  // namespace moegrad::testing

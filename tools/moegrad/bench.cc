@@ -25,13 +25,22 @@
 namespace moegrad::tool {
 namespace {
 
-bool ParseDTypes(const std::string& s, std::vector<DType>* out) {
-  const struct {
-    const char* name;
-    DType dtype;
-  } names[] = {{"f32", DType::kFloat32}, {"f16", DType::kFloat16}, {"bf16", DType::kBFloat16}};
-  for (const auto& n : names) {
-    if (strcasecmp(s.c_str(), "all") == 0 || strcasecmp(s.c_str(), n.name) == 0) out->push_back(n.dtype);
+// The dtypes of one row: the tokens' (every float tensor but the routing weights) and the weights' (scales,
+// probs and their gradients).
+struct Precision {
+  DType tokens, weights;
+};
+
+// --dtype: one precision by its PrecisionName, or "all" (each, in this order).
+bool ParsePrecisions(const std::string& s, std::vector<Precision>* out) {
+  const Precision all[] = {{DType::kFloat32, DType::kFloat32},
+                           {DType::kFloat16, DType::kFloat16},
+                           {DType::kBFloat16, DType::kBFloat16},
+                           {DType::kBFloat16, DType::kFloat32}};  // bf16 tokens, fp32 router probabilities
+  for (const Precision& p : all) {
+    if (strcasecmp(s.c_str(), "all") == 0 || strcasecmp(s.c_str(), PrecisionName(p.tokens, p.weights).c_str()) == 0) {
+      out->push_back(p);
+    }
   }
   return !out->empty();
 }
@@ -52,13 +61,15 @@ uint64_t AvailableMemory() {
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : UINT64_MAX;
 }
 
-// An upper bound of the bytes the benchmark holds at once on `s` with float elements of `elem` bytes: the
-// largest row's tensors and reference outputs (at most T + 3N rows of H, N = T*K + E pairs or drop-and-pad
-// slots), the plain copy of its minimum bytes (at most T + 2N rows), the bias (E rows), the reference's fp32
-// accumulators (N rows), routing maps, probabilities and their gradients' accumulators (40 bytes per map
-// entry), indices, workspace and routing temporaries (64 bytes per pair), the two 256 MiB buffers of the
-// paired copy and 64 MiB for the program itself. False when that passes 2^64 (the factors are at most 2^63
-// and a preset's H, E and K, so 128 bits hold every product).
+// An upper bound of the bytes the benchmark holds at once on `s` with token elements (every float tensor of
+// H columns) of `elem` bytes: the largest row's tensors and reference outputs (at most T + 3N rows of H,
+// N = T*K + E pairs or drop-and-pad slots), the plain copy of its minimum bytes (at most T + 2N rows), the bias
+// (E rows), the reference's fp32 accumulators (N rows), routing maps, probabilities and their gradients'
+// accumulators (40 bytes per map entry), indices, workspace and routing temporaries (64 bytes per pair), the
+// two 256 MiB buffers of the paired copy and 64 MiB for the program itself. The routing weights (probabilities,
+// scales and their gradients) are in the per-entry and per-pair terms at 4 bytes, whatever the tokens' dtype.
+// False when that passes 2^64 (the factors are at most 2^63 and a preset's H, E and K, so 128 bits hold every
+// product).
 bool BenchBytes(const Shape& s, uint64_t elem, uint64_t* bytes) {
   using U = unsigned __int128;
   const U T = static_cast<U>(s.tokens), H = static_cast<U>(s.hidden), E = static_cast<U>(s.experts);
@@ -90,13 +101,13 @@ struct CopyPair {
   AlignedBuffer src, dst;
 };
 
-bool MeasureRow(const BenchRow& row, const Shape& shape, DType dtype, uint64_t seed, const CopyPair& copy,
-                BenchResult* r, std::string* error) {
-  std::unique_ptr<Problem> p = row.make(shape, dtype, seed);
+bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precision, uint64_t seed,
+                const CopyPair& copy, BenchResult* r, std::string* error) {
+  std::unique_ptr<Problem> p = row.make(shape, precision.tokens, precision.weights, seed);
   r->op = row.op;
   r->key = row.key;
   r->mode = row.mode;
-  r->dtype = ShortDTypeName(dtype);
+  r->dtype = p->precision_name();
   r->shape = p->shape_name();
   r->bytes = p->MinBytes();
 
@@ -149,9 +160,10 @@ int RunBench(const BenchOptions& o) {
     std::fprintf(stderr, "moegrad bench: unknown preset '%s' (see moegrad --help)\n", o.preset.c_str());
     return 2;
   }
-  std::vector<DType> dtypes;
-  if (!ParseDTypes(o.dtype, &dtypes)) {
-    std::fprintf(stderr, "moegrad bench: --dtype must be f32, f16, bf16 or all, not '%s'\n", o.dtype.c_str());
+  std::vector<Precision> precisions;
+  if (!ParsePrecisions(o.dtype, &precisions)) {
+    std::fprintf(stderr, "moegrad bench: --dtype must be f32, f16, bf16, bf16+f32 or all, not '%s'\n",
+                 o.dtype.c_str());
     return 2;
   }
   std::vector<const BenchRow*> rows;
@@ -173,7 +185,8 @@ int RunBench(const BenchOptions& o) {
 
   // A size that cannot be allocated is refused before anything runs (not a std::bad_alloc, or the OOM killer,
   // after minutes of benchmark).
-  const uint64_t elem = std::find(dtypes.begin(), dtypes.end(), DType::kFloat32) != dtypes.end() ? 4 : 2;
+  uint64_t elem = 2;
+  for (const Precision& p : precisions) elem = std::max<uint64_t>(elem, ElementSize(p.tokens));
   uint64_t need = 0;
   const bool representable = BenchBytes(shape, elem, &need);
   const uint64_t have = AvailableMemory();
@@ -206,25 +219,25 @@ int RunBench(const BenchOptions& o) {
   report.copy_bytes_per_second = CopyBandwidth(report.threads);
 
   const CopyPair copy;
-  const int total = static_cast<int>(rows.size() * dtypes.size());
+  const int total = static_cast<int>(rows.size() * precisions.size());
   int index = 0;
   bool all_ok = true;
   for (const BenchRow* row : rows) {
-    for (DType dtype : dtypes) {
+    for (const Precision& precision : precisions) {
       ++index;
-      std::fprintf(stderr, "moegrad bench: [%d/%d] %s %s %s\n", index, total, row->op, row->mode,
-                   ShortDTypeName(dtype));
+      const std::string name = PrecisionName(precision.tokens, precision.weights);
+      std::fprintf(stderr, "moegrad bench: [%d/%d] %s %s %s\n", index, total, row->op, row->mode, name.c_str());
       BenchResult r;
       std::string error;
-      const bool ran = MeasureRow(*row, shape, dtype, 1000 + static_cast<uint64_t>(index), copy, &r, &error);
+      const bool ran = MeasureRow(*row, shape, precision, 1000 + static_cast<uint64_t>(index), copy, &r, &error);
       if (!ran) {
-        std::fprintf(stderr, "moegrad bench: %s %s %s failed: %s\n", row->op, row->mode, ShortDTypeName(dtype),
+        std::fprintf(stderr, "moegrad bench: %s %s %s failed: %s\n", row->op, row->mode, name.c_str(),
                      error.c_str());
         r.verified = false;
         r.error = error;
       } else if (!r.verified) {
         std::fprintf(stderr, "moegrad bench: %s %s %s does not match the reference: %s\n", row->op, row->mode,
-                     ShortDTypeName(dtype), error.c_str());
+                     name.c_str(), error.c_str());
       }
       all_ok = all_ok && r.verified;
       report.rows.push_back(r);

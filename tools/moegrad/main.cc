@@ -39,7 +39,9 @@ void PrintUsage(FILE* f) {
   std::fprintf(f,
                "    --tokens N            tokens T (batch x sequence, N >= 1) instead of the preset's default;\n"
                "                          a T whose tensors do not fit in the available memory is refused\n"
-               "    --dtype f32|f16|bf16|all   float dtype (default all)\n"
+               "    --dtype f32|f16|bf16|bf16+f32|all\n"
+               "                          float dtypes (default all): bf16+f32 = bf16 tokens with fp32 routing\n"
+               "                          weights (scales, probabilities and their gradients)\n"
                "    --op NAME|all         one operator, by name or CANN name (case-insensitive):\n");
   for (const OpName& op : OpNames()) std::fprintf(f, "                            %-36s %s\n", op.key, op.name);
   std::fprintf(f, "                          older spellings, still accepted:");

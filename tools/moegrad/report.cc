@@ -24,26 +24,28 @@ void PrintBenchTable(const BenchReport& r, FILE* out) {
                ShapeString(s.tokens, s.hidden, s.experts, s.topk, 0).c_str(), static_cast<long long>(s.capacity),
                r.threads, SimdTarget());
   std::fprintf(out, "copy bandwidth (memcpy, read + write): %.1f GB/s\n\n", r.copy_bytes_per_second * 1e-9);
-  size_t w_op = 8, w_mode = 4, w_shape = 5;
+  size_t w_op = 8, w_mode = 4, w_dtype = 5, w_shape = 5;
   for (const BenchResult& b : r.rows) {
     w_op = std::max(w_op, b.op.size());
     w_mode = std::max(w_mode, b.mode.size());
+    w_dtype = std::max(w_dtype, b.dtype.size());  // "bf16+f32": bf16 tokens, fp32 weights
     w_shape = std::max(w_shape, b.shape.size());
   }
-  const int wo = static_cast<int>(w_op), wm = static_cast<int>(w_mode), ws = static_cast<int>(w_shape);
-  std::fprintf(out, "%-*s  %-*s  %-5s  %-*s  %11s  %8s  %7s  %11s  %s\n", wo, "operator", wm, "mode", "dtype", ws,
-               "shape", "median", "GB/s", "% copy", "% copy@size", "verified");
+  const int wo = static_cast<int>(w_op), wm = static_cast<int>(w_mode), wd = static_cast<int>(w_dtype);
+  const int ws = static_cast<int>(w_shape);
+  std::fprintf(out, "%-*s  %-*s  %-*s  %-*s  %11s  %8s  %7s  %11s  %s\n", wo, "operator", wm, "mode", wd, "dtype",
+               ws, "shape", "median", "GB/s", "% copy", "% copy@size", "verified");
   for (const BenchResult& b : r.rows) {
     if (!b.error.empty() && b.seconds == 0.0) {
-      std::fprintf(out, "%-*s  %-*s  %-5s  %-*s  %11s  %8s  %7s  %11s  %s\n", wo, b.op.c_str(), wm, b.mode.c_str(),
-                   b.dtype.c_str(), ws, b.shape.c_str(), "-", "-", "-", "-", "FAIL (error)");
+      std::fprintf(out, "%-*s  %-*s  %-*s  %-*s  %11s  %8s  %7s  %11s  %s\n", wo, b.op.c_str(), wm, b.mode.c_str(),
+                   wd, b.dtype.c_str(), ws, b.shape.c_str(), "-", "-", "-", "-", "FAIL (error)");
       continue;
     }
     const double gbps = b.seconds > 0 ? static_cast<double>(b.bytes) / b.seconds * 1e-9 : 0.0;
     const double pct = b.pct_copy;
-    std::fprintf(out, "%-*s  %-*s  %-5s  %-*s  %11s  %8.1f  %6.0f%%  %10.0f%%  %s\n", wo, b.op.c_str(), wm,
-                 b.mode.c_str(), b.dtype.c_str(), ws, b.shape.c_str(), FormatSeconds(b.seconds).c_str(), gbps, pct,
-                 SameSizeCopyPercent(b), b.verified ? "ok" : "FAIL");
+    std::fprintf(out, "%-*s  %-*s  %-*s  %-*s  %11s  %8.1f  %6.0f%%  %10.0f%%  %s\n", wo, b.op.c_str(), wm,
+                 b.mode.c_str(), wd, b.dtype.c_str(), ws, b.shape.c_str(), FormatSeconds(b.seconds).c_str(), gbps,
+                 pct, SameSizeCopyPercent(b), b.verified ? "ok" : "FAIL");
   }
   std::fprintf(out,
                "\nGB/s = the least bytes the operator must read and write / median time of plan + run.\n"

@@ -11,7 +11,7 @@
 namespace moegrad::tool {
 
 struct BenchResult {
-  std::string op, key, mode, dtype, shape;
+  std::string op, key, mode, dtype, shape;  // dtype: PrecisionName, e.g. "bf16" or "bf16+f32"
   uint64_t bytes = 0;            // minimum bytes read + written (Problem::MinBytes)
   uint64_t workspace_bytes = 0;
   double seconds = 0.0;          // median of plan + run

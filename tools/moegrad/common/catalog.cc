@@ -33,14 +33,16 @@ void Set(TokenPermuteWithRoutingMapConfig& c, int64_t mode, unsigned in) {
 template <typename Config>
 BenchRow Row(const char* mode_label, int64_t mode, unsigned inputs) {
   using Info = OpInfo<typename Config::Args>;
-  return {Info::kName, Info::kKey, mode_label, [=](const Shape& shape, DType dtype, uint64_t seed) {
-            Config c;
-            c.shape = shape;
-            c.dtype = dtype;
-            c.seed = seed;
-            Set(c, mode, inputs);
-            return MakeProblem(c);
-          }};
+  auto make = [=](const Shape& shape, DType dtype, DType weight_dtype, uint64_t seed) {
+    Config c;
+    c.shape = shape;
+    c.dtype = dtype;
+    c.weight_dtype = weight_dtype;
+    c.seed = seed;
+    Set(c, mode, inputs);
+    return MakeProblem(c);
+  };
+  return {Info::kName, Info::kKey, mode_label, make};
 }
 
 }  // namespace

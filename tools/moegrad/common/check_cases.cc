@@ -60,12 +60,12 @@ SpecialValues RandomSpecials(std::mt19937_64& rng) {
 std::string Describe(const Problem& p, IndexData index, LayoutPolicy layout, SpecialValues specials,
                      uint64_t seed) {
   return Format("%s %s %s %s, %s indices, %s layout, %s values, seed %llu", p.op_name(), p.mode_name().c_str(),
-                ShortDTypeName(p.dtype()), p.shape_name().c_str(),
+                p.precision_name().c_str(), p.shape_name().c_str(),
                 index == IndexData::kRouted ? "routed" : "random", PolicyName(layout),
                 SpecialValuesName(specials), static_cast<unsigned long long>(seed));
 }
 
-// The draws of each operator's own fields, after the shared ones (index kind, T, H, E) and before dtype,
+// The draws of each operator's own fields, after the shared ones (index kind, T, H, E) and before the dtypes,
 // layout and seed. Routed index data needs K distinct experts (K <= E); random index data may use any K.
 void Draw(FinalizeRoutingV2GradConfig& c, std::mt19937_64& rng) {
   const bool routed = c.index == IndexData::kRouted;
@@ -124,7 +124,9 @@ CheckCase RandomCase(std::mt19937_64& rng, std::optional<SpecialValues> specials
   c.shape.hidden = RandomHidden(rng);
   c.shape.experts = Uniform(rng, 1, 12);
   Draw(c, rng);
+  // The two dtype groups independently: all nine combinations.
   c.dtype = RandomDType(rng);
+  c.weight_dtype = RandomDType(rng);
   c.layout = RandomLayout(rng);
   c.specials = specials ? *specials : RandomSpecials(rng);
   c.seed = rng();

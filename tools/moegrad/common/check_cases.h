@@ -1,5 +1,6 @@
 // Random problems for `moegrad check` and the special-value tests: small shapes around the vector widths, every
-// mode, dtype, optional-input combination, index-data kind, layout policy and kind of values of each operator.
+// mode, pair of token and weight dtypes, optional-input combination, index-data kind, layout policy and kind of
+// values of each operator.
 #pragma once
 
 #include <functional>

@@ -24,7 +24,7 @@ class FinalizeRoutingV2GradProblem final : public OpProblem<FinalizeRoutingV2Gra
     grad_y_ = make.Uniform(c.dtype, {R, H}, rng());
     row_idx_ = make.Index(DType::kInt32, {pairs});
     if (c.scales || c.expanded_x_without_scales) expanded_x_ = make.Uniform(c.dtype, x_shape, rng());
-    if (c.scales) scales_ = make.Uniform(c.dtype, {R, K}, rng(), 0.0f, 1.0f);
+    if (c.scales) scales_ = make.Uniform(c.weights(), {R, K}, rng(), 0.0f, 1.0f);
     if (c.bias) {
       expert_idx_ = make.Index(DType::kInt32, {R, K});
       bias_ = make.Uniform(c.dtype, {E, H}, rng());
@@ -37,7 +37,7 @@ class FinalizeRoutingV2GradProblem final : public OpProblem<FinalizeRoutingV2Gra
 
     AddOutput("gradExpandedX", &grad_expanded_x_, make.Output(c.dtype, x_shape));
     if (c.scales || c.grad_scales_without_scales) {
-      AddOutput("gradScales", &grad_scales_, make.Output(c.dtype, {R, K}), c.scales);
+      AddOutput("gradScales", &grad_scales_, make.Output(c.weights(), {R, K}), c.scales);
     }
   }
 
@@ -49,10 +49,10 @@ class FinalizeRoutingV2GradProblem final : public OpProblem<FinalizeRoutingV2Gra
   }
 
   uint64_t MinBytes() const override {
-    const uint64_t b = ElementSize(c_.dtype);
+    const uint64_t b = ElementSize(c_.dtype), w = ElementSize(c_.weights());
     const uint64_t R = c_.shape.tokens, H = c_.shape.hidden, K = c_.shape.topk, E = c_.shape.experts;
     uint64_t bytes = R * H * b + R * K * 4 + static_cast<uint64_t>(rows_) * H * b;
-    if (c_.scales) bytes += CountDistinct(row_idx_, 0, rows_) * H * b + 2 * R * K * b;
+    if (c_.scales) bytes += CountDistinct(row_idx_, 0, rows_) * H * b + 2 * R * K * w;
     if (c_.bias) bytes += R * K * 4 + E * H * b;
     return bytes;
   }
@@ -99,7 +99,8 @@ class FinalizeRoutingV2GradProblem final : public OpProblem<FinalizeRoutingV2Gra
   // gradScales is a dot product over H whose summation order the spec leaves open. Both results carry a
   // summation error of at most u32 * (sum of |partial sums| of their order); for the reference's sequential
   // order that sum is computed here, and a blocked or tree order (as vector code uses) has smaller partial
-  // sums. Allow three times it, plus 2*u32*sum|terms| for short rows, plus one rounding to the dtype each.
+  // sums. Allow three times it, plus 2*u32*sum|terms| for short rows, plus one rounding each to gradScales'
+  // dtype (the weight group's).
   float DotTolerance(int64_t i) const {
     const int64_t K = c_.shape.topk, H = c_.shape.hidden;
     const int64_t v = row_idx_.GetI(i);
@@ -117,7 +118,7 @@ class FinalizeRoutingV2GradProblem final : public OpProblem<FinalizeRoutingV2Gra
     }
     const double u32 = std::ldexp(1.0, -24);
     const double ref = std::fabs(outputs_[1].expected.GetF(i));
-    return static_cast<float>(u32 * (3.0 * partial_sums + 2.0 * terms) + 2.0 * UnitRoundoff(c_.dtype) * ref +
+    return static_cast<float>(u32 * (3.0 * partial_sums + 2.0 * terms) + 2.0 * UnitRoundoff(c_.weights()) * ref +
                               1e-30);
   }
 

@@ -24,7 +24,7 @@ class FinalizeRoutingV2Problem final : public OpProblem<FinalizeRoutingV2Config>
     row_idx_ = make.Index(DType::kInt32, {pairs});
     if (c.x1) x1_ = make.Uniform(c.dtype, {R, H}, rng());
     if (c.x2) x2_ = make.Uniform(c.dtype, {R, H}, rng());
-    if (c.scales) scales_ = make.Uniform(c.dtype, {R, K}, rng(), 0.0f, 1.0f);
+    if (c.scales) scales_ = make.Uniform(c.weights(), {R, K}, rng(), 0.0f, 1.0f);
     if (c.bias || c.expert_idx_without_bias) expert_idx_ = make.Index(DType::kInt32, {R, K});
     if (c.bias) bias_ = make.Uniform(c.dtype, {E, H}, rng());
 
@@ -46,12 +46,12 @@ class FinalizeRoutingV2Problem final : public OpProblem<FinalizeRoutingV2Config>
   }
 
   uint64_t MinBytes() const override {
-    const uint64_t b = ElementSize(c_.dtype);
+    const uint64_t b = ElementSize(c_.dtype), w = ElementSize(c_.weights());
     const uint64_t R = c_.shape.tokens, H = c_.shape.hidden, K = c_.shape.topk, E = c_.shape.experts;
     uint64_t bytes = CountDistinct(row_idx_, 0, rows_) * H * b + R * K * 4 + R * H * b;
     if (c_.x1) bytes += R * H * b;
     if (c_.x2) bytes += R * H * b;
-    if (c_.scales) bytes += R * K * b;
+    if (c_.scales) bytes += R * K * w;
     if (c_.bias) bytes += R * K * 4 + E * H * b;
     return bytes;
   }

@@ -31,6 +31,12 @@ const char* ShortDTypeName(DType t) {
   }
 }
 
+std::string PrecisionName(DType tokens, DType weights) {
+  std::string name = ShortDTypeName(tokens);
+  if (weights != tokens) name += std::string("+") + ShortDTypeName(weights);
+  return name;
+}
+
 float UnitRoundoff(DType t) {
   switch (t) {
     case DType::kFloat16: return 1.0f / 2048.0f;

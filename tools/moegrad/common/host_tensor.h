@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "moegrad/tensor.hpp"
@@ -87,6 +88,9 @@ class HostTensor {
 
 // A float tensor's name for tables: "f32", "f16", "bf16".
 const char* ShortDTypeName(DType t);
+// The precision of a call from the dtypes of its two groups (DTypeGroup in moegrad/op_info.hpp), for tables,
+// JSON and --dtype: "bf16" when both are bf16, "bf16+f32" (tokens+weights) otherwise.
+std::string PrecisionName(DType tokens, DType weights);
 // Relative size of one rounding to `dtype` (2^-24, 2^-11, 2^-8).
 float UnitRoundoff(DType t);
 

@@ -84,7 +84,10 @@ class Problem {
   virtual const char* op_name() const = 0;
   virtual std::string mode_name() const = 0;
   virtual std::string shape_name() const = 0;
-  virtual DType dtype() const = 0;
+  virtual DType dtype() const = 0;         // the token group's dtype
+  virtual DType weight_dtype() const = 0;  // the weight group's (scales, probs and their gradients)
+  // "bf16", or "bf16+f32" for bf16 tokens with fp32 weights (PrecisionName).
+  std::string precision_name() const { return PrecisionName(dtype(), weight_dtype()); }
   // Phase one through the C++ API.
   virtual Status Plan(moegrad::Plan* plan) const = 0;
   // The one-call form (plans, allocates the workspace, runs).
@@ -134,6 +137,7 @@ class OpProblem : public Problem {
     return ShapeString(s.tokens, s.hidden, s.experts, s.topk, c_.drop_pad() ? s.capacity : 0);
   }
   DType dtype() const override { return c_.dtype; }
+  DType weight_dtype() const override { return c_.weights(); }
   Status Plan(moegrad::Plan* plan) const override { return OpInfo<Args>::kPlan(CallArgs(false), plan); }
   Status Call() const override { return OpInfo<Args>::kRun(CallArgs(false)); }
   void RunReference() override {

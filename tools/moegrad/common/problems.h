@@ -1,29 +1,32 @@
-// The problem builders of the four operators: each config names one call (shape, dtype, mode, optional
+// The problem builders of the four operators: each config names one call (shape, dtypes, mode, optional
 // inputs, index data, layouts) of the operator whose arguments are Config::Args; MakeProblem builds random
 // inputs, the C++ API call and the reference call.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "tools/moegrad/common/problem.h"
 
 namespace moegrad::tool {
 
-// What every operator's config has.
+// What every operator's config has. Each element counts in MinBytes at its own dtype's size.
 struct ProblemConfig {
   Shape shape;
-  DType dtype = DType::kFloat32;
+  DType dtype = DType::kFloat32;        // the token group's: every float tensor but the routing weights
+  std::optional<DType> weight_dtype;    // the weight group's: scales, probs and their gradients (unset: dtype)
   IndexData index = IndexData::kRouted;
   LayoutPolicy layout = LayoutPolicy::kContiguous;
   SpecialValues specials = SpecialValues::kNone;  // mixed into every float input
   uint64_t seed = 1;
+  DType weights() const { return weight_dtype.value_or(dtype); }
 };
 
-// MoeFinalizeRoutingV2Grad: R = shape.tokens; C = shape.capacity in mode 1. Minimum bytes: read gradY (R*H),
-// expandedRowIdx (R*K int32), with scales the expandedX rows some pair reads (kept*H), scales (R*K), with
-// bias expertIdx (R*K int32) and bias (E*H); write gradExpandedX (all rows*H) and, with scales, gradScales
-// (R*K).
+// MoeFinalizeRoutingV2Grad: R = shape.tokens; C = shape.capacity in mode 1. Weights: scales, gradScales.
+// Minimum bytes: read gradY (R*H), expandedRowIdx (R*K int32), with scales the expandedX rows some pair reads
+// (kept*H), scales (R*K), with bias expertIdx (R*K int32) and bias (E*H); write gradExpandedX (all rows*H)
+// and, with scales, gradScales (R*K).
 struct FinalizeRoutingV2GradConfig : ProblemConfig {
   using Args = FinalizeRoutingV2GradArgs;
   int64_t mode = 0;              // dropPadMode 0 (dropless) or 1 (drop/pad)
@@ -37,9 +40,10 @@ struct FinalizeRoutingV2GradConfig : ProblemConfig {
 std::unique_ptr<Problem> MakeProblem(const FinalizeRoutingV2GradConfig& c);
 
 // MoeTokenPermuteWithRoutingMapGrad: tokens T, hidden H, experts E, topk K (dropless), capacity C
-// (drop-and-pad); N = T*K (dropless) or E*C (drop-and-pad). Minimum bytes: read the permutedTokenOutputGrad
-// rows some index names (distinct*H), sortedIndices (N int32), with probs permutedProbsOutputGrad (N) and,
-// dropless, routingMap (T*E bytes); write tokensGrad (T*H) and, with probs, probsGrad (T*E).
+// (drop-and-pad); N = T*K (dropless) or E*C (drop-and-pad). Weights: permutedProbsOutputGrad, probsGrad.
+// Minimum bytes: read the permutedTokenOutputGrad rows some index names (distinct*H), sortedIndices (N int32),
+// with probs permutedProbsOutputGrad (N) and, dropless, routingMap (T*E bytes); write tokensGrad (T*H) and,
+// with probs, probsGrad (T*E).
 struct TokenPermuteWithRoutingMapGradConfig : ProblemConfig {
   using Args = TokenPermuteWithRoutingMapGradArgs;
   bool drop_and_pad = false;
@@ -51,9 +55,9 @@ struct TokenPermuteWithRoutingMapGradConfig : ProblemConfig {
 };
 std::unique_ptr<Problem> MakeProblem(const TokenPermuteWithRoutingMapGradConfig& c);
 
-// MoeFinalizeRoutingV2 (forward combine): R = shape.tokens; C = shape.capacity in modes 1 and 3. Minimum
-// bytes: read the expandedX rows some pair names (distinct*H), expandedRowIdx (R*K int32), x1 and x2 (R*H
-// each, when given), scales (R*K), with bias expertIdx (R*K int32) and bias (E*H); write out (R*H).
+// MoeFinalizeRoutingV2 (forward combine): R = shape.tokens; C = shape.capacity in modes 1 and 3. Weights:
+// scales. Minimum bytes: read the expandedX rows some pair names (distinct*H), expandedRowIdx (R*K int32), x1
+// and x2 (R*H each, when given), scales (R*K), with bias expertIdx (R*K int32) and bias (E*H); write out (R*H).
 struct FinalizeRoutingV2Config : ProblemConfig {
   using Args = FinalizeRoutingV2Args;
   int64_t mode = 2;              // dropPadMode 0..3: 0/2 dropless, 1/3 drop-pad; 0/1 expert-major pairs
@@ -67,9 +71,9 @@ std::unique_ptr<Problem> MakeProblem(const FinalizeRoutingV2Config& c);
 
 // MoeTokenPermuteWithRoutingMap (forward dispatch): tokens T, hidden H, experts E, topk K (dropless),
 // capacity C <= T (drop-and-pad); N = T*K (dropless) or E*C (drop-and-pad). Random index data: INT8 map
-// entries any non-zero value, drop-and-pad maps any count per row. Minimum bytes: read the token rows some
-// output row copies (distinct*H), routingMap (T*E bytes), with probs the N selected probabilities; write
-// permuteTokens (N*H), sortedIndices (N int32) and, with probs, permuteProbs (N).
+// entries any non-zero value, drop-and-pad maps any count per row. Weights: probs, permuteProbs. Minimum
+// bytes: read the token rows some output row copies (distinct*H), routingMap (T*E bytes), with probs the N
+// selected probabilities; write permuteTokens (N*H), sortedIndices (N int32) and, with probs, permuteProbs (N).
 struct TokenPermuteWithRoutingMapConfig : ProblemConfig {
   using Args = TokenPermuteWithRoutingMapArgs;
   bool drop_and_pad = false;

@@ -21,7 +21,7 @@ class TokenPermuteWithRoutingMapGradProblem final : public OpProblem<TokenPermut
     TensorMaker make(c.layout, rng(), c.specials);
 
     grad_ = make.Uniform(c.dtype, {n_, H}, rng());
-    if (c.probs) probs_grad_in_ = make.Uniform(c.dtype, {n_}, rng());
+    if (c.probs) probs_grad_in_ = make.Uniform(c.weights(), {n_}, rng());
     sorted_ = make.Index(DType::kInt32, {n_});
     if (map) map_ = make.Index(c.map_dtype, {T, E});
 
@@ -52,7 +52,7 @@ class TokenPermuteWithRoutingMapGradProblem final : public OpProblem<TokenPermut
 
     AddOutput("tokensGrad", &tokens_grad_, make.Output(c.dtype, {T, H}));
     if (c.probs || c.probs_grad_without_probs) {
-      AddOutput("probsGrad", &probs_grad_, make.Output(c.dtype, {T, E}), c.probs);
+      AddOutput("probsGrad", &probs_grad_, make.Output(c.weights(), {T, E}), c.probs);
     }
   }
 
@@ -64,12 +64,12 @@ class TokenPermuteWithRoutingMapGradProblem final : public OpProblem<TokenPermut
   }
 
   uint64_t MinBytes() const override {
-    const uint64_t b = ElementSize(c_.dtype);
+    const uint64_t b = ElementSize(c_.dtype), w = ElementSize(c_.weights());
     const uint64_t T = c_.shape.tokens, H = c_.shape.hidden, E = c_.shape.experts, N = n_;
     // Dropless reads the rows the indices name; drop-and-pad every row (each goes to some token).
     const uint64_t rows = c_.drop_and_pad ? N : CountDistinct(sorted_, 0, n_);
     uint64_t bytes = rows * H * b + N * 4 + T * H * b;
-    if (c_.probs) bytes += N * b + T * E * b + (c_.drop_and_pad ? 0 : T * E);
+    if (c_.probs) bytes += N * w + T * E * w + (c_.drop_and_pad ? 0 : T * E);
     return bytes;
   }
 

@@ -19,7 +19,7 @@ class TokenPermuteWithRoutingMapProblem final : public OpProblem<TokenPermuteWit
 
     tokens_ = make.Uniform(c.dtype, {T, H}, rng());
     map_ = make.Index(c.map_dtype, {T, E});
-    if (c.probs) probs_ = make.Uniform(c.dtype, {T, E}, rng(), 0.0f, 1.0f);
+    if (c.probs) probs_ = make.Uniform(c.weights(), {T, E}, rng(), 0.0f, 1.0f);
     // Dropless needs exactly K routed entries per row: a top-k routing. Drop-and-pad takes any map.
     std::vector<uint8_t> routed;
     if (c.drop_and_pad && c.index == IndexData::kRandom) {
@@ -34,7 +34,7 @@ class TokenPermuteWithRoutingMapProblem final : public OpProblem<TokenPermuteWit
     AddOutput("permuteTokens", &permuted_, make.Output(c.dtype, {n_, H}));
     AddOutput("sortedIndices", &sorted_, make.Output(DType::kInt32, {n_}));
     if (c.probs || c.permute_probs_without_probs) {
-      AddOutput("permuteProbs", &permuted_probs_, make.Output(c.dtype, {n_}), c.probs);
+      AddOutput("permuteProbs", &permuted_probs_, make.Output(c.weights(), {n_}), c.probs);
     }
   }
 
@@ -46,7 +46,7 @@ class TokenPermuteWithRoutingMapProblem final : public OpProblem<TokenPermuteWit
   }
 
   uint64_t MinBytes() const override {
-    const uint64_t b = ElementSize(c_.dtype);
+    const uint64_t b = ElementSize(c_.dtype), w = ElementSize(c_.weights());
     const uint64_t T = c_.shape.tokens, H = c_.shape.hidden, E = c_.shape.experts, N = n_;
     // Token rows the output copies (each read once): those with a routed entry (dropless), or those the
     // drop-and-pad gather names.
@@ -62,7 +62,7 @@ class TokenPermuteWithRoutingMapProblem final : public OpProblem<TokenPermuteWit
     }
     const uint64_t rows = static_cast<uint64_t>(std::count(used.begin(), used.end(), true));
     uint64_t bytes = rows * H * b + T * E + N * H * b + N * 4;
-    if (c_.probs) bytes += 2 * N * b;
+    if (c_.probs) bytes += 2 * N * w;
     return bytes;
   }
 

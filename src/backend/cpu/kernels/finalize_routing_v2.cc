@@ -188,7 +188,7 @@ void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
                                       j0 * p.bias.col_stride
                                 : nullptr;
           if (x == nullptr && b == nullptr) continue;  // a dropped pair without bias adds nothing
-          const float s = has_scales ? ToF32(p.scales.At<const T>(row * K + k)) : 1.0f;
+          const float s = has_scales ? LoadWeight(p.scales, row * K + k, p.weight_dtype) : 1.0f;
           t = {x, p.expanded_x.col_stride, b, p.bias.col_stride, s, true};
           ++count;
         }

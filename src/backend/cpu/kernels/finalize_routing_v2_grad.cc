@@ -31,7 +31,7 @@ void FinalizeRoutingV2GradTyped(const FinalizeRoutingV2GradTask& p) {
           count,
           [&](int64_t m, float* scale) {
             const int64_t i = first[m];
-            *scale = has_scales ? ToF32(p.scales.At<T>(i)) : 1.0f;
+            *scale = has_scales ? LoadWeight(p.scales, i, p.weight_dtype) : 1.0f;
             return p.grad_y.Row<const T>(i / K);
           },
           p.grad_y.col_stride, dst, p.grad_expanded_x.col_stride, H);
@@ -48,7 +48,7 @@ void FinalizeRoutingV2GradTyped(const FinalizeRoutingV2GradTask& p) {
       const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
       const float dot = DotRow(x, p.expanded_x.col_stride, b, p.bias.col_stride, p.grad_y.Row<const T>(i / K),
                                p.grad_y.col_stride, H);
-      p.grad_scales.At<T>(i) = FromF32<T>(dot);
+      StoreWeight(p.grad_scales, i, p.weight_dtype, dot);
     }
   });
 }
@@ -70,7 +70,7 @@ void FinalizeRoutingV2GradTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t
     q->out = written ? p.grad_expanded_x.Row<T>(v) : nullptr;
     q->x = written && has_scales ? p.expanded_x.Row<const T>(v) : nullptr;
     q->b = has_scales && has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
-    q->s = has_scales ? ToF32(p.scales.At<const T>(i)) : 1.0f;
+    q->s = has_scales ? LoadWeight(p.scales, i, p.weight_dtype) : 1.0f;
   };
   // A token's pairs go in groups of at most kTokenGroup; each group's rows are looked up once, one group ahead
   // (the next group's rows are prefetched as this one ends).
@@ -117,7 +117,7 @@ void FinalizeRoutingV2GradTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t
         continue;
       }
       const float dot = ScaleRowDot<T>(q, pairs[m].s, stream, H, end, part[m]);
-      p.grad_scales.At<T>(i0 + m) = FromF32<T>(dot);
+      StoreWeight(p.grad_scales, i0 + m, p.weight_dtype, dot);
     }
   }
 }
@@ -147,13 +147,13 @@ void FinalizeRoutingV2GradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
         const T* g = p.grad_y.Row<const T>(i / K);
         const int64_t v = p.row_idx.At<const int32_t>(i);
         T* out = v >= 0 && v < p.rows ? p.grad_expanded_x.Row<T>(v) : nullptr;
-        const float s = has_scales ? ToF32(p.scales.At<const T>(i)) : 1.0f;
+        const float s = has_scales ? LoadWeight(p.scales, i, p.weight_dtype) : 1.0f;
         if (out != nullptr) ScaleRow(g, p.grad_y.col_stride, s, out, p.grad_expanded_x.col_stride, H);
         if (!has_scales) continue;
         const T* x = out != nullptr ? p.expanded_x.Row<const T>(v) : nullptr;
         const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
         const float dot = DotRow(x, p.expanded_x.col_stride, b, p.bias.col_stride, g, p.grad_y.col_stride, H);
-        p.grad_scales.At<T>(i) = FromF32<T>(dot);
+        StoreWeight(p.grad_scales, i, p.weight_dtype, dot);
       }
     }
     // This part's share of the rows no pair writes: those of rank [z_begin, z_end) among them.

@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "hwy/highway.h"
+#include "src/backend/cpu/kernels/kernel_types.h"
 #include "src/core/float16.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -47,6 +48,25 @@ HWY_INLINE hwy::float16_t FromF32<hwy::float16_t>(float v) {
   hwy::float16_t r;
   r.bits = F16BitsFromF32(v);
   return r;
+}
+
+// Routing weights (scales, probabilities and their gradients) have a dtype of their own, independent of the
+// token rows' (docs/design.md, "Mixed precision"). There is one weight per pair against a row of H token
+// elements, so a weight is widened or narrowed element by element with a switch on its dtype, exactly as
+// ToF32 / FromF32 do, instead of instantiating every kernel for every pair of dtypes.
+HWY_INLINE float LoadWeight(const FlatView& v, int64_t i, DType w) {
+  switch (w) {
+    case DType::kFloat16: return ToF32(v.At<const hwy::float16_t>(i));
+    case DType::kBFloat16: return ToF32(v.At<const hwy::bfloat16_t>(i));
+    default: return v.At<const float>(i);
+  }
+}
+HWY_INLINE void StoreWeight(const FlatView& v, int64_t i, DType w, float value) {
+  switch (w) {
+    case DType::kFloat16: v.At<hwy::float16_t>(i) = FromF32<hwy::float16_t>(value); return;
+    case DType::kBFloat16: v.At<hwy::bfloat16_t>(i) = FromF32<hwy::bfloat16_t>(value); return;
+    default: v.At<float>(i) = value; return;
+  }
 }
 
 // --- vector load / store with widening and round-to-nearest-even narrowing --------------------------------

@@ -71,7 +71,13 @@ void StreamCopyToMany(const char* src, const char* next, char* const* dsts, int6
 #endif
 }
 
-// Elements are moved as unsigned integers of their width: the one dtype switch of this operator.
+// permuteProbs[q] = probs[t][e], moved as an unsigned integer W of the probs' width.
+template <typename W>
+HWY_INLINE void CopyProb(const TokenPermuteWithRoutingMapTask& p, int64_t q, int64_t t, int64_t e) {
+  p.dst_probs.At<W>(q) = reinterpret_cast<const W*>(p.probs)[t * p.probs_row_stride + e * p.probs_col_stride];
+}
+
+// Elements are moved as unsigned integers of their width: the one dtype switch of this operator's token rows.
 template <typename T>
 void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p,
                                          const TokenPermuteWithRoutingMapScratch& s) {
@@ -111,8 +117,9 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
       } else {
         while (q >= s.starts[e + 1]) ++e;
       }
-      const T* src = reinterpret_cast<const T*>(p.probs) + t * p.probs_row_stride + e * p.probs_col_stride;
-      p.dst_probs.At<T>(q) = *src;
+      // Probs have their own width (their dtype is independent of the tokens'); one branch per element.
+      if (p.weight_element_bytes == 2) CopyProb<uint16_t>(p, q, t, e);
+      else CopyProb<uint32_t>(p, q, t, e);
     }
     // Permuted token rows in token order: each token row is read once and written to all its rows. Tokens
     // [t0, t1) of about equal rows moved (the token's own row plus those it is copied to).

@@ -55,6 +55,59 @@ void GatherSums(const TokenPermuteWithRoutingMapGradTask& p, int64_t begin, int6
   }
 }
 
+// probsGrad rows of dropless block b: the routed (t, e) take permutedProbsOutputGrad in expert-major order. Each
+// block of token rows starts from its own cursors, so blocks are independent and every entry is written exactly
+// once. W: the weights' element type (their dtype is independent of the tokens').
+template <typename W>
+void DroplessProbsBlock(const TokenPermuteWithRoutingMapGradTask& p, int64_t b) {
+  const int64_t E = p.experts;
+  const int64_t es = p.probs_grad.col_stride;
+  const int64_t ms = p.routing_map.col_stride;
+  int64_t* cursor = p.cursors + b * E;
+  const int64_t t_end = std::min(p.tokens, (b + 1) * p.block_rows);
+  for (int64_t t = b * p.block_rows; t < t_end; ++t) {
+    const uint8_t* map = p.routing_map.Row<const uint8_t>(t);
+    W* dst = p.probs_grad.Row<W>(t);
+    if (es != 1 || ms != 1) {
+      for (int64_t e = 0; e < E; ++e) {
+        dst[e * es] = map[e * ms] != 0 ? p.probs_grad_in.At<const W>(cursor[e]++) : FromF32<W>(0.0f);
+      }
+      continue;
+    }
+    // Few entries are routed: zero the row, then visit the routed ones by the mask bits of the map.
+    ZeroRow(dst, 1, E);
+    ForEachRouted(map, E, [&](int64_t e) {
+      dst[e] = p.probs_grad_in.At<const W>(cursor[e]++);
+      return true;
+    });
+  }
+}
+
+// probsGrad rows of tokens [begin, end) in drop-and-pad mode: row t sums permutedProbsOutputGrad[p] per expert
+// p / C over the slots p with sortedIndices[p] == t, ascending. W: the weights' element type.
+template <typename W>
+void DropPadProbsRows(const TokenPermuteWithRoutingMapGradTask& p, int64_t begin, int64_t end) {
+  const int64_t C = p.capacity;
+  const bool small = p.rows <= int64_t{UINT32_MAX} && C <= int64_t{UINT32_MAX};
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t* first = p.slots + p.offsets[t];
+    const int64_t count = p.offsets[t + 1] - p.offsets[t];
+    W* dst = p.probs_grad.Row<W>(t);
+    const int64_t es = p.probs_grad.col_stride;
+    ZeroRow(dst, es, p.experts);
+    // Slots ascend, so those of one expert are adjacent: sum each run from its first term, round once. One
+    // division per run (slots below 2^32 take the shorter 32-bit one).
+    for (int64_t m = 0; m < count;) {
+      const int64_t e = small ? static_cast<int64_t>(static_cast<uint32_t>(first[m]) / static_cast<uint32_t>(C))
+                              : first[m] / C;
+      const int64_t run_end = (e + 1) * C;
+      float acc = ToF32(p.probs_grad_in.At<const W>(first[m]));
+      for (++m; m < count && first[m] < run_end; ++m) acc += ToF32(p.probs_grad_in.At<const W>(first[m]));
+      dst[e * es] = FromF32<W>(acc);
+    }
+  }
+}
+
 template <typename T>
 void TokenPermuteWithRoutingMapGradDroplessTyped(const TokenPermuteWithRoutingMapGradTask& p) {
   const int64_t K = p.topk;
@@ -63,32 +116,7 @@ void TokenPermuteWithRoutingMapGradDroplessTyped(const TokenPermuteWithRoutingMa
   const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
   const int64_t moved = p.tokens * (K + 1) * row_bytes;
   const bool stream = StreamOutput(p.tokens * row_bytes, moved);
-  // probsGrad: the routed (t, e) take permutedProbsOutputGrad in expert-major order. Each block of token
-  // rows starts from its own cursors, so blocks are independent and every entry is written exactly once.
-  const int64_t E = p.experts;
-  const int64_t es = p.probs_grad.col_stride;
-  const int64_t ms = p.routing_map.col_stride;
   const bool has_probs = p.probs_grad.data != nullptr;
-  auto probs_rows = [&](int64_t b) {
-    int64_t* cursor = p.cursors + b * E;
-    const int64_t t_end = std::min(p.tokens, (b + 1) * p.block_rows);
-    for (int64_t t = b * p.block_rows; t < t_end; ++t) {
-      const uint8_t* map = p.routing_map.Row<const uint8_t>(t);
-      T* dst = p.probs_grad.Row<T>(t);
-      if (es != 1 || ms != 1) {
-        for (int64_t e = 0; e < E; ++e) {
-          dst[e * es] = map[e * ms] != 0 ? p.probs_grad_in.At<const T>(cursor[e]++) : FromF32<T>(0.0f);
-        }
-        continue;
-      }
-      // Few entries are routed: zero the row, then visit the routed ones by the mask bits of the map.
-      ZeroRow(dst, 1, E);
-      ForEachRouted(map, E, [&](int64_t e) {
-        dst[e] = p.probs_grad_in.At<const T>(cursor[e]++);
-        return true;
-      });
-    }
-  };
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t begin, end;
     internal::Balance211(p.tokens, parts, part, &begin, &end);
@@ -99,19 +127,19 @@ void TokenPermuteWithRoutingMapGradDroplessTyped(const TokenPermuteWithRoutingMa
     if (!has_probs) return;
     int64_t b_begin, b_end;
     internal::Balance211(NumBlocks(p), parts, part, &b_begin, &b_end);
-    for (int64_t b = b_begin; b < b_end; ++b) probs_rows(b);
+    WithFloatType(p.weight_dtype, [&](auto w) {
+      for (int64_t b = b_begin; b < b_end; ++b) DroplessProbsBlock<decltype(w)>(p, b);
+    });
   });
 }
 
 template <typename T>
 void TokenPermuteWithRoutingMapGradDropPadTyped(const TokenPermuteWithRoutingMapGradTask& p) {
   const int64_t H = p.hidden;
-  const int64_t C = p.capacity;
   const bool has_probs = p.probs_grad.data != nullptr;
   const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
   const int64_t moved = (p.rows + p.tokens) * row_bytes;
   const bool stream = StreamOutput(p.tokens * row_bytes, moved);
-  const bool small = p.rows <= int64_t{UINT32_MAX} && C <= int64_t{UINT32_MAX};
   // Token row t gathers the rows p with sortedIndices[p] == t, ascending (zero when none); its probsGrad row
   // sums permutedProbsOutputGrad[p] per expert p / C, in the same ascending order. Threads take token ranges
   // of about equal rows moved (the rows a token gathers plus its own).
@@ -121,23 +149,7 @@ void TokenPermuteWithRoutingMapGradDropPadTyped(const TokenPermuteWithRoutingMap
     GatherSums<T>(
         p, begin, end, [&](int64_t t) { return p.offsets[t + 1] - p.offsets[t]; },
         [&](int64_t t, int64_t m) { return p.slots[p.offsets[t] + m]; }, stream);
-    for (int64_t t = begin; t < end && has_probs; ++t) {
-      const int64_t* first = p.slots + p.offsets[t];
-      const int64_t count = p.offsets[t + 1] - p.offsets[t];
-      T* dst = p.probs_grad.Row<T>(t);
-      const int64_t es = p.probs_grad.col_stride;
-      ZeroRow(dst, es, p.experts);
-      // Slots ascend, so those of one expert are adjacent: sum each run from its first term, round once. One
-      // division per run (slots below 2^32 take the shorter 32-bit one).
-      for (int64_t m = 0; m < count;) {
-        const int64_t e = small ? static_cast<int64_t>(static_cast<uint32_t>(first[m]) / static_cast<uint32_t>(C))
-                                : first[m] / C;
-        const int64_t run_end = (e + 1) * C;
-        float acc = ToF32(p.probs_grad_in.At<const T>(first[m]));
-        for (++m; m < count && first[m] < run_end; ++m) acc += ToF32(p.probs_grad_in.At<const T>(first[m]));
-        dst[e * es] = FromF32<T>(acc);
-      }
-    }
+    if (has_probs) WithFloatType(p.weight_dtype, [&](auto w) { DropPadProbsRows<decltype(w)>(p, begin, end); });
     if (stream) hwy::FlushStream();
   });
 }
