@@ -1,10 +1,16 @@
 // The host AscendCL runtime (docs: spec acl_runtime.md) through its C API only: enum and status values,
-// device / stream / memory calls, aclCreateTensor's view rules, the two-phase executor life cycle (with
-// MoeFinalizeRoutingV2Grad as the operator) and the per-thread error message.
+// device / stream / memory calls, aclCreateTensor's view rules, the argument objects (scalars, arrays, tensor
+// lists) and the tensor accessors, the two-phase executor life cycle (with MoeFinalizeRoutingV2Grad as the
+// operator) and the per-thread error message. What the argument objects hold, which no public accessor returns,
+// is read through the library's internal accessors (src/entry/acl/acl_internal.h, via src/testing/acl_access.h).
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -271,8 +277,370 @@ TEST(AclCreateTensor, RejectsBadViewsWithAMessage) {
   EXPECT_EQ(aclCreateTensor(nullptr, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, dims, 2, g_storage.data()), nullptr);
   EXPECT_EQ(aclCreateTensor(dims, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, nullptr, 2, g_storage.data()), nullptr);
 
-  EXPECT_EQ(aclDestroyTensor(nullptr), ACLNN_ERR_PARAM_NULLPTR);
-  EXPECT_TRUE(IsErrorAbout("aclDestroyTensor"));
+  EXPECT_EQ(aclDestroyTensor(nullptr), ACLNN_SUCCESS);  // every destroy function accepts NULL
+}
+
+// ---- aclrtGetDeviceCount ----
+
+TEST(AclRuntime, DeviceCountIsTheHostAlone) {
+  uint32_t count = 77;
+  EXPECT_EQ(aclrtGetDeviceCount(&count), ACL_SUCCESS);
+  EXPECT_EQ(count, 1u);
+  EXPECT_EQ(aclrtSetDevice(static_cast<int32_t>(count) - 1), ACL_SUCCESS);  // every counted device exists
+  EXPECT_EQ(aclrtGetDeviceCount(nullptr), ACL_ERROR_INVALID_PARAM);
+  EXPECT_TRUE(IsErrorAbout("aclrtGetDeviceCount: count is null"));
+}
+
+// ---- argument objects: aclScalar, aclIntArray / aclFloatArray / aclBoolArray, aclTensorList ----
+
+// Every dtype the runtime knows, with its element size.
+const struct {
+  aclDataType dtype;
+  size_t size;
+} kDTypes[] = {{ACL_FLOAT, 4}, {ACL_FLOAT16, 2}, {ACL_INT8, 1},   {ACL_INT32, 4},  {ACL_UINT8, 1},
+               {ACL_INT16, 2}, {ACL_UINT16, 2}, {ACL_UINT32, 4},  {ACL_INT64, 8},  {ACL_UINT64, 8},
+               {ACL_DOUBLE, 8}, {ACL_BOOL, 1},  {ACL_BF16, 2}};
+
+TEST(AclScalar, EveryDTypeRoundTripsItsBytes) {
+  for (const auto& d : kDTypes) {
+    // Exactly one element in its own allocation (AddressSanitizer catches a read past it), copied: changing
+    // it afterwards leaves the scalar alone.
+    std::vector<unsigned char> value(d.size);
+    for (size_t i = 0; i < d.size; ++i) value[i] = static_cast<unsigned char>(0x81 + 37 * i);
+    if (d.dtype == ACL_BOOL) value[0] = 1;
+    const std::vector<unsigned char> original = value;
+    aclScalar* s = aclCreateScalar(value.data(), d.dtype);
+    ASSERT_NE(s, nullptr) << d.dtype << ": " << RecentError();
+    value.assign(d.size, 0);
+    EXPECT_EQ(static_cast<int>(moegrad::acl::ScalarDType(s)), static_cast<int>(d.dtype));
+    EXPECT_EQ(std::memcmp(s->bytes, original.data(), d.size), 0) << d.dtype;
+    EXPECT_EQ(aclDestroyScalar(s), ACLNN_SUCCESS);
+  }
+}
+
+// A scalar of `dtype` holding `value` (of the dtype's C++ type, or its bits for FLOAT16 / BF16).
+template <typename T>
+aclScalar* ScalarOf(T value, aclDataType dtype) {
+  return aclCreateScalar(&value, dtype);
+}
+
+TEST(AclScalar, InternalAccessorsReadTheValue) {
+  using moegrad::acl::ScalarAsDouble;
+  using moegrad::acl::ScalarAsInt64;
+  const double inf = std::numeric_limits<double>::infinity();
+  const struct {
+    aclScalar* scalar;
+    double as_double;
+    bool is_int64;
+    int64_t as_int64;
+  } cases[] = {
+      {ScalarOf(2.5f, ACL_FLOAT), 2.5, false, 0},
+      {ScalarOf(-3.0f, ACL_FLOAT), -3.0, true, -3},
+      {ScalarOf(uint16_t{0x3c00}, ACL_FLOAT16), 1.0, true, 1},          // fp16 1.0
+      {ScalarOf(uint16_t{0xc140}, ACL_FLOAT16), -2.625, false, 0},      // fp16 -2.625
+      {ScalarOf(uint16_t{0x4049}, ACL_BF16), 3.140625, false, 0},       // bf16 pi
+      {ScalarOf(uint16_t{0xc300}, ACL_BF16), -128.0, true, -128},
+      {ScalarOf(1e300, ACL_DOUBLE), 1e300, false, 0},                    // integral, outside int64
+      {ScalarOf(-9223372036854775808.0, ACL_DOUBLE), -9223372036854775808.0, true, INT64_MIN},
+      {ScalarOf(9223372036854775808.0, ACL_DOUBLE), 9223372036854775808.0, false, 0},  // 2^63
+      {ScalarOf(-inf, ACL_DOUBLE), -inf, false, 0},
+      {ScalarOf(int8_t{-7}, ACL_INT8), -7.0, true, -7},
+      {ScalarOf(uint8_t{250}, ACL_UINT8), 250.0, true, 250},
+      {ScalarOf(int16_t{-30000}, ACL_INT16), -30000.0, true, -30000},
+      {ScalarOf(uint16_t{65535}, ACL_UINT16), 65535.0, true, 65535},
+      {ScalarOf(int32_t{INT32_MIN}, ACL_INT32), -2147483648.0, true, INT32_MIN},
+      {ScalarOf(uint32_t{4000000000u}, ACL_UINT32), 4e9, true, 4000000000},
+      {ScalarOf(int64_t{INT64_MAX}, ACL_INT64), 9223372036854775807.0, true, INT64_MAX},  // exact as int64
+      {ScalarOf(uint64_t{INT64_MAX}, ACL_UINT64), 9223372036854775807.0, true, INT64_MAX},
+      {ScalarOf(uint64_t{1} << 63, ACL_UINT64), 9223372036854775808.0, false, 0},
+      {ScalarOf(true, ACL_BOOL), 1.0, true, 1},
+      {ScalarOf(false, ACL_BOOL), 0.0, true, 0},
+  };
+  int index = 0;
+  for (const auto& c : cases) {
+    ASSERT_NE(c.scalar, nullptr) << index << ": " << RecentError();
+    double d = 0;
+    EXPECT_TRUE(ScalarAsDouble(c.scalar, &d)) << index;
+    EXPECT_EQ(d, c.as_double) << index;
+    int64_t i = 12345;
+    EXPECT_EQ(ScalarAsInt64(c.scalar, &i), c.is_int64) << index;
+    EXPECT_EQ(i, c.is_int64 ? c.as_int64 : 12345) << index;  // untouched when false
+    EXPECT_EQ(aclDestroyScalar(c.scalar), ACLNN_SUCCESS);
+    ++index;
+  }
+  aclScalar* nan = ScalarOf(std::nanf(""), ACL_FLOAT);
+  double d = 0;
+  int64_t i = 0;
+  EXPECT_TRUE(ScalarAsDouble(nan, &d));
+  EXPECT_TRUE(std::isnan(d));
+  EXPECT_FALSE(ScalarAsInt64(nan, &i));
+  EXPECT_EQ(aclDestroyScalar(nan), ACLNN_SUCCESS);
+  EXPECT_FALSE(ScalarAsDouble(nullptr, &d));
+  EXPECT_FALSE(ScalarAsInt64(nullptr, &i));
+}
+
+TEST(AclScalar, RejectsBadDTypeAndNullValue) {
+  double value = 1.0;
+  // Only values inside the enum's range are well-defined in C++; c_headers_check.c passes wilder ones.
+  for (int dtype : {-1, -2, 5, 13, 26, 28, 31}) {
+    aclSetAclOpExecutorRepeatable(nullptr);  // leaves an unrelated message behind
+    EXPECT_EQ(aclCreateScalar(&value, static_cast<aclDataType>(dtype)), nullptr) << dtype;
+    EXPECT_TRUE(IsErrorAbout("aclCreateScalar: unknown dataType " + std::to_string(dtype)));
+  }
+  for (const auto& d : kDTypes) {
+    EXPECT_EQ(aclCreateScalar(nullptr, d.dtype), nullptr) << d.dtype;
+    EXPECT_TRUE(IsErrorAbout("aclCreateScalar: value is null"));
+  }
+}
+
+TEST(AclArrays, CopyTheirValues) {
+  std::vector<int64_t> ints = {3, -1, 0, INT64_MAX, INT64_MIN};
+  const std::vector<int64_t> ints0 = ints;
+  aclIntArray* ia = aclCreateIntArray(ints.data(), ints.size());
+  ASSERT_NE(ia, nullptr) << RecentError();
+  ints.assign(ints.size(), 42);
+  EXPECT_EQ(moegrad::acl::IntArrayValues(ia), ints0);
+  uint64_t size = 0;
+  EXPECT_EQ(aclGetIntArraySize(ia, &size), ACLNN_SUCCESS);
+  EXPECT_EQ(size, ints0.size());
+  EXPECT_EQ(aclDestroyIntArray(ia), ACLNN_SUCCESS);
+
+  // Every float bit pattern kept: -0, infinity, a NaN payload, a subnormal.
+  const uint32_t bits0[] = {0x3fc00000u, 0x80000000u, 0x7f800000u, 0x7fc01234u, 0x00000001u};
+  std::vector<float> floats(std::size(bits0));
+  std::memcpy(floats.data(), bits0, sizeof(bits0));
+  aclFloatArray* fa = aclCreateFloatArray(floats.data(), floats.size());
+  ASSERT_NE(fa, nullptr) << RecentError();
+  floats.assign(floats.size(), 7.0f);
+  const std::vector<float>& fv = moegrad::acl::FloatArrayValues(fa);
+  ASSERT_EQ(fv.size(), std::size(bits0));
+  EXPECT_EQ(std::memcmp(fv.data(), bits0, sizeof(bits0)), 0);
+  EXPECT_EQ(aclDestroyFloatArray(fa), ACLNN_SUCCESS);
+
+  const bool bools0[] = {true, false, false, true, true};
+  bool bools[std::size(bools0)];
+  std::copy(std::begin(bools0), std::end(bools0), bools);
+  aclBoolArray* ba = aclCreateBoolArray(bools, std::size(bools));
+  ASSERT_NE(ba, nullptr) << RecentError();
+  for (bool& b : bools) b = !b;
+  const std::vector<bool>& bv = moegrad::acl::BoolArrayValues(ba);
+  ASSERT_EQ(bv.size(), std::size(bools0));
+  for (size_t i = 0; i < bv.size(); ++i) EXPECT_EQ(bv[i], bools0[i]) << i;
+  EXPECT_EQ(aclDestroyBoolArray(ba), ACLNN_SUCCESS);
+
+  // Size 0, with a null or a real value.
+  for (bool null_value : {true, false}) {
+    aclIntArray* ie = aclCreateIntArray(null_value ? nullptr : ints.data(), 0);
+    aclFloatArray* fe = aclCreateFloatArray(null_value ? nullptr : floats.data(), 0);
+    aclBoolArray* be = aclCreateBoolArray(null_value ? nullptr : bools, 0);
+    ASSERT_TRUE(ie != nullptr && fe != nullptr && be != nullptr) << RecentError();
+    size = 99;
+    EXPECT_EQ(aclGetIntArraySize(ie, &size), ACLNN_SUCCESS);
+    EXPECT_EQ(size, 0u);
+    EXPECT_TRUE(moegrad::acl::IntArrayValues(ie).empty());
+    EXPECT_TRUE(moegrad::acl::FloatArrayValues(fe).empty());
+    EXPECT_TRUE(moegrad::acl::BoolArrayValues(be).empty());
+    EXPECT_EQ(aclDestroyIntArray(ie), ACLNN_SUCCESS);
+    EXPECT_EQ(aclDestroyFloatArray(fe), ACLNN_SUCCESS);
+    EXPECT_EQ(aclDestroyBoolArray(be), ACLNN_SUCCESS);
+  }
+}
+
+TEST(AclArrays, RejectNullValueWithElementsAndNullArguments) {
+  EXPECT_EQ(aclCreateIntArray(nullptr, 3), nullptr);
+  EXPECT_TRUE(IsErrorAbout("aclCreateIntArray: value is null but size is 3"));
+  EXPECT_EQ(aclCreateFloatArray(nullptr, 1), nullptr);
+  EXPECT_TRUE(IsErrorAbout("aclCreateFloatArray: value is null but size is 1"));
+  EXPECT_EQ(aclCreateBoolArray(nullptr, 2), nullptr);
+  EXPECT_TRUE(IsErrorAbout("aclCreateBoolArray: value is null but size is 2"));
+  // A size no allocation can hold is refused before anything is read.
+  const int64_t one = 1;
+  EXPECT_EQ(aclCreateIntArray(&one, UINT64_MAX), nullptr);
+  EXPECT_TRUE(IsErrorAbout("aclCreateIntArray: size 18446744073709551615 is too large"));
+
+  const int64_t v[] = {4, 5};
+  aclIntArray* a = aclCreateIntArray(v, 2);
+  ASSERT_NE(a, nullptr) << RecentError();
+  uint64_t size = 77;
+  EXPECT_EQ(aclGetIntArraySize(nullptr, &size), ACLNN_ERR_PARAM_NULLPTR);
+  EXPECT_TRUE(IsErrorAbout("aclGetIntArraySize: array is required but is null"));
+  EXPECT_EQ(size, 77u);
+  EXPECT_EQ(aclGetIntArraySize(a, nullptr), ACLNN_ERR_PARAM_NULLPTR);
+  EXPECT_TRUE(IsErrorAbout("aclGetIntArraySize: size is required but is null"));
+  EXPECT_EQ(aclDestroyIntArray(a), ACLNN_SUCCESS);
+}
+
+TEST(AclArrays, DestroyingNullDoesNothing) {
+  aclSetAclOpExecutorRepeatable(nullptr);
+  const std::string before = RecentError();
+  EXPECT_EQ(aclDestroyScalar(nullptr), ACLNN_SUCCESS);
+  EXPECT_EQ(aclDestroyIntArray(nullptr), ACLNN_SUCCESS);
+  EXPECT_EQ(aclDestroyFloatArray(nullptr), ACLNN_SUCCESS);
+  EXPECT_EQ(aclDestroyBoolArray(nullptr), ACLNN_SUCCESS);
+  EXPECT_EQ(aclDestroyTensorList(nullptr), ACLNN_SUCCESS);
+  EXPECT_EQ(RecentError(), before) << "a no-op set the error message";
+}
+
+// A fresh 2x3 float tensor on g_storage.
+aclTensor* SmallTensor() {
+  const int64_t dims[] = {2, 3};
+  aclTensor* t = aclCreateTensor(dims, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, dims, 2, g_storage.data());
+  EXPECT_NE(t, nullptr) << RecentError();
+  return t;
+}
+
+TEST(AclTensorList, OwnsAndDestroysItsTensors) {
+  const int64_t before = t_live_allocations;
+  const aclTensor* tensors[] = {SmallTensor(), SmallTensor(), SmallTensor()};
+  aclTensorList* list = aclCreateTensorList(tensors, 3);
+  ASSERT_NE(list, nullptr) << RecentError();
+  const aclTensor* const expect[] = {tensors[0], tensors[1], tensors[2]};
+  tensors[1] = nullptr;  // the list copied the pointers
+  const std::vector<const aclTensor*>& held = moegrad::acl::TensorListTensors(list);
+  ASSERT_EQ(held.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(held[i], expect[i]) << i;
+  EXPECT_EQ(aclDestroyTensorList(list), ACLNN_SUCCESS);  // the tensors too (AddressSanitizer: no leak)
+  EXPECT_EQ(t_live_allocations, before) << "aclDestroyTensorList left something allocated";
+
+  for (const aclTensor* const* value : {static_cast<const aclTensor* const*>(nullptr), expect}) {
+    aclTensorList* empty = aclCreateTensorList(value, 0);
+    ASSERT_NE(empty, nullptr) << RecentError();
+    EXPECT_TRUE(moegrad::acl::TensorListTensors(empty).empty());
+    EXPECT_EQ(aclDestroyTensorList(empty), ACLNN_SUCCESS);
+  }
+}
+
+TEST(AclTensorList, RejectsNullValueNullTensorsAndRepeats) {
+  aclTensor* a = SmallTensor();
+  aclTensor* b = SmallTensor();
+  EXPECT_EQ(aclCreateTensorList(nullptr, 2), nullptr);
+  EXPECT_TRUE(IsErrorAbout("aclCreateTensorList: value is null but size is 2"));
+  const aclTensor* with_null[] = {a, nullptr, b};
+  EXPECT_EQ(aclCreateTensorList(with_null, 3), nullptr);
+  EXPECT_TRUE(IsErrorAbout("aclCreateTensorList: value[1] is null"));
+  const aclTensor* repeated[] = {a, b, a};
+  EXPECT_EQ(aclCreateTensorList(repeated, 3), nullptr);
+  EXPECT_TRUE(IsErrorAbout("aclCreateTensorList: value[2] is value[0] again"));
+  EXPECT_EQ(aclCreateTensorList(repeated, UINT64_MAX), nullptr);
+  EXPECT_TRUE(IsErrorAbout("aclCreateTensorList: size 18446744073709551615 is too large"));
+  // A failed list took nothing: the tensors are still the caller's (AddressSanitizer: no double free).
+  EXPECT_EQ(aclDestroyTensor(a), ACLNN_SUCCESS);
+  EXPECT_EQ(aclDestroyTensor(b), ACLNN_SUCCESS);
+}
+
+// ---- the tensor accessors ----
+
+// The accessors' view of `t` against what aclCreateTensor was given; *Shape / *Strides arrays freed with delete[].
+void ExpectAccessorsGive(const aclTensor* t, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
+                         int64_t offset, const std::vector<int64_t>& storage, aclDataType dtype, aclFormat format) {
+  int64_t* values = nullptr;
+  uint64_t n = 99;
+  ASSERT_EQ(aclGetViewShape(t, &values, &n), ACLNN_SUCCESS) << RecentError();
+  ASSERT_NE(values, nullptr);
+  EXPECT_EQ(std::vector<int64_t>(values, values + n), dims);
+  delete[] values;
+  values = nullptr;
+  ASSERT_EQ(aclGetViewStrides(t, &values, &n), ACLNN_SUCCESS) << RecentError();
+  ASSERT_NE(values, nullptr);
+  EXPECT_EQ(std::vector<int64_t>(values, values + n), strides);
+  delete[] values;
+  values = nullptr;
+  ASSERT_EQ(aclGetStorageShape(t, &values, &n), ACLNN_SUCCESS) << RecentError();
+  ASSERT_NE(values, nullptr);
+  EXPECT_EQ(std::vector<int64_t>(values, values + n), storage);
+  delete[] values;
+  int64_t got_offset = -1;
+  EXPECT_EQ(aclGetViewOffset(t, &got_offset), ACLNN_SUCCESS);
+  EXPECT_EQ(got_offset, offset);
+  aclDataType got_dtype = ACL_DT_UNDEFINED;
+  EXPECT_EQ(aclGetDataType(t, &got_dtype), ACLNN_SUCCESS);
+  EXPECT_EQ(got_dtype, dtype);
+  aclFormat got_format = format == ACL_FORMAT_ND ? ACL_FORMAT_NCHW : ACL_FORMAT_ND;
+  EXPECT_EQ(aclGetFormat(t, &got_format), ACLNN_SUCCESS);
+  EXPECT_EQ(got_format, format);
+}
+
+TEST(AclTensorAccessors, ReturnWhatCreateWasGiven) {
+  const struct {
+    std::vector<int64_t> dims, strides;  // strides empty: a null stride
+    int64_t offset;
+    std::vector<int64_t> storage;
+    aclDataType dtype;
+    aclFormat format;
+    std::vector<int64_t> expect_strides;
+  } cases[] = {
+      {{2, 3}, {5, 1}, 4, {3, 4}, ACL_FLOAT, ACL_FORMAT_NCHW, {5, 1}},           // padded rows behind an offset
+      {{2, 3}, {1, 2}, 0, {6}, ACL_INT32, ACL_FORMAT_ND, {1, 2}},                // transposed
+      {{2, 3, 4}, {}, 0, {2, 3, 4}, ACL_FLOAT16, ACL_FORMAT_NHWC, {12, 4, 1}},  // null stride: row-major
+      {{4, 3}, {0, 1}, 1, {4}, ACL_BOOL, ACL_FORMAT_UNDEFINED, {0, 1}},          // broadcast rows
+      {{3, 2}, {}, 7, {13}, ACL_BF16, ACL_FORMAT_ND, {2, 1}},
+      {{}, {}, 3, {4}, ACL_DOUBLE, ACL_FORMAT_ND, {}},                           // rank 0
+      {{}, {}, 0, {}, ACL_UINT64, ACL_FORMAT_ND, {}},                            // rank 0, storage of rank 0
+      {{0, 5}, {}, 9, {0}, ACL_INT8, ACL_FORMAT_ND, {5, 1}},                     // empty
+  };
+  for (const auto& c : cases) {
+    aclTensor* t = aclCreateTensor(c.dims.data(), c.dims.size(), c.dtype,
+                                   c.strides.empty() ? nullptr : c.strides.data(), c.offset, c.format,
+                                   c.storage.data(), c.storage.size(), g_storage.data());
+    ASSERT_NE(t, nullptr) << RecentError();
+    ExpectAccessorsGive(t, c.dims, c.expect_strides, c.offset, c.storage, c.dtype, c.format);
+    EXPECT_EQ(aclDestroyTensor(t), ACLNN_SUCCESS);
+  }
+  // Every dtype comes back as itself.
+  const std::vector<int64_t> dims = {2}, strides = {1};
+  for (const auto& d : kDTypes) {
+    aclTensor* t = aclCreateTensor(dims.data(), 1, d.dtype, nullptr, 0, ACL_FORMAT_ND, dims.data(), 1,
+                                   g_storage.data());
+    ASSERT_NE(t, nullptr) << RecentError();
+    ExpectAccessorsGive(t, dims, strides, 0, dims, d.dtype, ACL_FORMAT_ND);
+    EXPECT_EQ(aclDestroyTensor(t), ACLNN_SUCCESS);
+  }
+}
+
+TEST(AclTensorAccessors, RejectNullTensorAndNullOutPointers) {
+  aclTensor* t = SmallTensor();
+  int64_t* const stale = reinterpret_cast<int64_t*>(uintptr_t{0x40});
+  int64_t* values = stale;
+  uint64_t n = 77;
+  int64_t offset = 77;
+  aclDataType dtype = ACL_INT8;
+  aclFormat format = ACL_FORMAT_NHWC;
+  const struct {
+    std::function<aclnnStatus()> call;
+    const char* message;
+  } cases[] = {
+      {[&] { return aclGetViewShape(nullptr, &values, &n); }, "aclGetViewShape: tensor is required but is null"},
+      {[&] { return aclGetViewShape(t, nullptr, &n); }, "aclGetViewShape: viewDims is required but is null"},
+      {[&] { return aclGetViewShape(t, &values, nullptr); }, "aclGetViewShape: viewDimsNum is required but is null"},
+      {[&] { return aclGetViewStrides(nullptr, &values, &n); }, "aclGetViewStrides: tensor is required but is null"},
+      {[&] { return aclGetViewStrides(t, nullptr, &n); }, "aclGetViewStrides: stridesValue is required but is null"},
+      {[&] { return aclGetViewStrides(t, &values, nullptr); },
+       "aclGetViewStrides: stridesNum is required but is null"},
+      {[&] { return aclGetStorageShape(nullptr, &values, &n); },
+       "aclGetStorageShape: tensor is required but is null"},
+      {[&] { return aclGetStorageShape(t, nullptr, &n); },
+       "aclGetStorageShape: storageDims is required but is null"},
+      {[&] { return aclGetStorageShape(t, &values, nullptr); },
+       "aclGetStorageShape: storageDimsNum is required but is null"},
+      {[&] { return aclGetViewOffset(nullptr, &offset); }, "aclGetViewOffset: tensor is required but is null"},
+      {[&] { return aclGetViewOffset(t, nullptr); }, "aclGetViewOffset: offset is required but is null"},
+      {[&] { return aclGetDataType(nullptr, &dtype); }, "aclGetDataType: tensor is required but is null"},
+      {[&] { return aclGetDataType(t, nullptr); }, "aclGetDataType: dataType is required but is null"},
+      {[&] { return aclGetFormat(nullptr, &format); }, "aclGetFormat: tensor is required but is null"},
+      {[&] { return aclGetFormat(t, nullptr); }, "aclGetFormat: format is required but is null"},
+  };
+  for (const auto& c : cases) {
+    aclSetAclOpExecutorRepeatable(nullptr);  // leaves an unrelated message behind
+    EXPECT_EQ(c.call(), ACLNN_ERR_PARAM_NULLPTR) << c.message;
+    EXPECT_TRUE(IsErrorAbout(c.message));
+    // Nothing written, nothing allocated.
+    EXPECT_EQ(values, stale) << c.message;
+    EXPECT_EQ(n, 77u) << c.message;
+    EXPECT_EQ(offset, 77) << c.message;
+    EXPECT_EQ(dtype, ACL_INT8) << c.message;
+    EXPECT_EQ(format, ACL_FORMAT_NHWC) << c.message;
+  }
+  EXPECT_EQ(aclDestroyTensor(t), ACLNN_SUCCESS);
 }
 
 // ---- the two-phase executor, with MoeFinalizeRoutingV2Grad ----
@@ -499,7 +867,7 @@ TEST(AclExecutor, PhaseTwoWorkspaceRulesAndNullExecutor) {
   EXPECT_EQ(aclnnMoeFinalizeRoutingV2Grad(w.ptr, ws, nullptr, nullptr), ACLNN_ERR_PARAM_NULLPTR);
   EXPECT_TRUE(IsErrorAbout("executor"));
   EXPECT_EQ(aclSetAclOpExecutorRepeatable(nullptr), ACLNN_ERR_PARAM_NULLPTR);
-  EXPECT_EQ(aclDestroyAclOpExecutor(nullptr), ACLNN_ERR_PARAM_NULLPTR);
+  EXPECT_EQ(aclDestroyAclOpExecutor(nullptr), ACLNN_SUCCESS);  // every destroy function accepts NULL
   EXPECT_TRUE(c.StillPoisoned());
 }
 

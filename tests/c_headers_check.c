@@ -30,6 +30,20 @@ int main(void) {
   uint64_t workspace_size = 0;
   void *workspace = NULL;
   int ok = 1, r, j;
+  /* The argument objects and accessors a C program uses (only those that leave nothing for delete[]). */
+  uint32_t device_count = 0;
+  float scalar_value = 0.5f;
+  const int64_t ints[3] = {4, -5, 6};
+  const bool flags[2] = {true, false};
+  const aclTensor *members[1];
+  aclScalar *scalar;
+  aclIntArray *int_array;
+  aclBoolArray *bool_array;
+  aclTensorList *list;
+  uint64_t array_size = 0;
+  int64_t view_offset = -1;
+  aclDataType dtype = ACL_DT_UNDEFINED;
+  aclFormat format = ACL_FORMAT_UNDEFINED;
 
   memset(grad_x, 0xff, sizeof(grad_x));
   /* C callers may pass any int as an enum: unknown kinds and dtypes are errors, not undefined behaviour. */
@@ -42,6 +56,9 @@ int main(void) {
   ok &= Check(aclCreateTensor(dims2, 2, (aclDataType)99, NULL, 0, ACL_FORMAT_ND, dims2, 2, grad_y) == NULL,
               "aclCreateTensor dtype 99");
   ok &= Check(strstr(aclGetRecentErrMsg(), "99") != NULL, "the message names dtype 99");
+  ok &= Check(aclCreateScalar(&scalar_value, (aclDataType)99) == NULL, "aclCreateScalar dtype 99");
+  ok &= Check(strstr(aclGetRecentErrMsg(), "aclCreateScalar: unknown dataType 99") != NULL,
+              "the message names the scalar's dtype 99");
   ok &= Check(aclInit(NULL) == ACL_SUCCESS, "aclInit");
   ok &= Check(aclrtSetDevice(0) == ACL_SUCCESS, "aclrtSetDevice");
   ok &= Check(aclrtCreateStream(&stream) == ACL_SUCCESS, "aclrtCreateStream");
@@ -49,6 +66,32 @@ int main(void) {
   idx = aclCreateTensor(dims1, 1, ACL_INT32, NULL, 0, ACL_FORMAT_ND, dims1, 1, row_idx);
   gx = aclCreateTensor(dims2, 2, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, dims2, 2, grad_x);
   ok &= Check(gy != NULL && idx != NULL && gx != NULL, "aclCreateTensor");
+
+  ok &= Check(aclrtGetDeviceCount(&device_count) == ACL_SUCCESS && device_count == 1, "aclrtGetDeviceCount");
+  scalar = aclCreateScalar(&scalar_value, ACL_FLOAT);
+  ok &= Check(scalar != NULL, "aclCreateScalar");
+  ok &= Check(aclDestroyScalar(scalar) == ACLNN_SUCCESS, "aclDestroyScalar");
+  int_array = aclCreateIntArray(ints, 3);
+  ok &= Check(int_array != NULL, "aclCreateIntArray");
+  ok &= Check(aclGetIntArraySize(int_array, &array_size) == ACLNN_SUCCESS && array_size == 3, "aclGetIntArraySize");
+  ok &= Check(aclDestroyIntArray(int_array) == ACLNN_SUCCESS, "aclDestroyIntArray");
+  bool_array = aclCreateBoolArray(flags, 2);
+  ok &= Check(bool_array != NULL, "aclCreateBoolArray");
+  ok &= Check(aclDestroyBoolArray(bool_array) == ACLNN_SUCCESS, "aclDestroyBoolArray");
+  members[0] = aclCreateTensor(dims1, 1, ACL_INT32, NULL, 0, ACL_FORMAT_ND, dims1, 1, row_idx);
+  list = aclCreateTensorList(members, 1);
+  ok &= Check(members[0] != NULL && list != NULL, "aclCreateTensorList");
+  ok &= Check(aclDestroyTensorList(list) == ACLNN_SUCCESS, "aclDestroyTensorList (and its tensor)");
+  ok &= Check(aclDestroyScalar(NULL) == ACLNN_SUCCESS && aclDestroyIntArray(NULL) == ACLNN_SUCCESS &&
+                  aclDestroyFloatArray(NULL) == ACLNN_SUCCESS && aclDestroyBoolArray(NULL) == ACLNN_SUCCESS &&
+                  aclDestroyTensorList(NULL) == ACLNN_SUCCESS,
+              "destroying NULL");
+  if (gy != NULL) {
+    ok &= Check(aclGetViewOffset(gy, &view_offset) == ACLNN_SUCCESS && view_offset == 0, "aclGetViewOffset");
+    ok &= Check(aclGetDataType(gy, &dtype) == ACLNN_SUCCESS && dtype == ACL_FLOAT, "aclGetDataType");
+    ok &= Check(aclGetFormat(gy, &format) == ACLNN_SUCCESS && format == ACL_FORMAT_ND, "aclGetFormat");
+    ok &= Check(aclGetFormat(gy, NULL) == ACLNN_ERR_PARAM_NULLPTR, "aclGetFormat without format");
+  }
   if (ok) {
     ok &= Check(aclnnMoeFinalizeRoutingV2GradGetWorkspaceSize(gy, idx, NULL, NULL, NULL, NULL, 0, 0, 0, 0, gx, NULL,
                                                               &workspace_size, &executor) == ACLNN_SUCCESS,

@@ -1,9 +1,13 @@
-/* aclnn/acl_meta.h: tensors, executors and status codes of the two-phase aclnn API (CANN-compatible). */
+/* aclnn/acl_meta.h: tensors, argument objects, executors and status codes of the two-phase aclnn API
+ * (CANN-compatible). */
 #ifndef ACLNN_ACL_META_H_
 #define ACLNN_ACL_META_H_
 
 #include <stddef.h>
 #include <stdint.h>
+#ifndef __cplusplus
+#include <stdbool.h>
+#endif
 
 #ifndef ACL_FUNC_VISIBILITY
 #if defined(_WIN32)
@@ -55,6 +59,11 @@ typedef enum {
 #endif
 
 typedef struct aclTensor aclTensor;
+typedef struct aclScalar aclScalar;
+typedef struct aclIntArray aclIntArray;
+typedef struct aclFloatArray aclFloatArray;
+typedef struct aclBoolArray aclBoolArray;
+typedef struct aclTensorList aclTensorList;
 typedef struct aclOpExecutor aclOpExecutor;
 typedef void *aclrtStream;
 
@@ -66,6 +75,37 @@ ACL_FUNC_VISIBILITY aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t
                                                aclFormat format, const int64_t *storageDims,
                                                uint64_t storageDimsNum, void *tensorData);
 ACL_FUNC_VISIBILITY aclnnStatus aclDestroyTensor(const aclTensor *tensor);
+
+/* The other argument objects. Each create function below copies what it is given (aclCreateTensorList: the
+ * tensor pointers) and returns NULL (and sets aclGetRecentErrMsg) on a bad argument; a NULL value is allowed
+ * only with size 0. Each destroy function below accepts NULL (a no-op) and returns ACLNN_SUCCESS. */
+/* value points to one element of dataType (any dtype aclCreateTensor takes). */
+ACL_FUNC_VISIBILITY aclScalar *aclCreateScalar(void *value, aclDataType dataType);
+ACL_FUNC_VISIBILITY aclnnStatus aclDestroyScalar(const aclScalar *scalar);
+ACL_FUNC_VISIBILITY aclIntArray *aclCreateIntArray(const int64_t *value, uint64_t size);
+ACL_FUNC_VISIBILITY aclnnStatus aclDestroyIntArray(const aclIntArray *array);
+ACL_FUNC_VISIBILITY aclFloatArray *aclCreateFloatArray(const float *value, uint64_t size);
+ACL_FUNC_VISIBILITY aclnnStatus aclDestroyFloatArray(const aclFloatArray *array);
+ACL_FUNC_VISIBILITY aclBoolArray *aclCreateBoolArray(const bool *value, uint64_t size);
+ACL_FUNC_VISIBILITY aclnnStatus aclDestroyBoolArray(const aclBoolArray *array);
+/* The list takes the tensors over: aclDestroyTensorList destroys them with it (as in CANN), so they must not be
+ * destroyed on their own. A null or repeated tensor is rejected (the caller keeps every tensor then). */
+ACL_FUNC_VISIBILITY aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size);
+ACL_FUNC_VISIBILITY aclnnStatus aclDestroyTensorList(const aclTensorList *array);
+
+/* Accessors: a tensor's view shape, strides (row-major ones for a null stride), offset, storage shape, dtype and
+ * format as aclCreateTensor was given them, and an int array's size. The shape and stride arrays are made with
+ * new int64_t[n]; the caller frees them with delete[] (as in CANN). A null object or out-pointer is
+ * ACLNN_ERR_PARAM_NULLPTR and writes nothing. */
+ACL_FUNC_VISIBILITY aclnnStatus aclGetViewShape(const aclTensor *tensor, int64_t **viewDims, uint64_t *viewDimsNum);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetViewStrides(const aclTensor *tensor, int64_t **stridesValue,
+                                                  uint64_t *stridesNum);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetViewOffset(const aclTensor *tensor, int64_t *offset);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetStorageShape(const aclTensor *tensor, int64_t **storageDims,
+                                                   uint64_t *storageDimsNum);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetDataType(const aclTensor *tensor, aclDataType *dataType);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetFormat(const aclTensor *tensor, aclFormat *format);
+ACL_FUNC_VISIBILITY aclnnStatus aclGetIntArraySize(const aclIntArray *array, uint64_t *size);
 
 /* A repeatable executor survives its second phase and runs any number of times until destroyed. */
 ACL_FUNC_VISIBILITY aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor);

@@ -64,11 +64,7 @@ aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor* executor) {
 }
 
 aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor* executor) {
-  if (executor == nullptr) {
-    moegrad::acl::SetRecentError("aclDestroyAclOpExecutor: executor is required but is null");
-    return ACLNN_ERR_PARAM_NULLPTR;
-  }
-  delete executor;
+  delete executor;  // NULL: a no-op, as every destroy function
   return ACLNN_SUCCESS;
 }
 
