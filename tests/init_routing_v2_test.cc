@@ -226,10 +226,14 @@ void RunExample(const Example& ex, DType dtype, Layout layout, Api api) {
   }
   if (ex.mode == 1) {
     EXPECT_TRUE(counts.SameBytes(counts_before)) << "the dropless counts are not written in mode 1";
-    if (!ex.before) EXPECT_TRUE(before.SameBytes(before_before));
+    if (!ex.before) {
+      EXPECT_TRUE(before.SameBytes(before_before));
+    }
   } else {
     EXPECT_TRUE(before.SameBytes(before_before)) << "the counts before capacity are not written in mode 0";
-    if (ex.flag == 0) EXPECT_TRUE(counts.SameBytes(counts_before));
+    if (ex.flag == 0) {
+      EXPECT_TRUE(counts.SameBytes(counts_before));
+    }
   }
 }
 
