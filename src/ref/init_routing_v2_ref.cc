@@ -29,15 +29,18 @@ void InitRoutingV2(const InitRoutingV2Args& a) {
   std::sort(s.begin(), s.end(), [&](int64_t p, int64_t q) {
     return expert(p) != expert(q) ? expert(p) < expert(q) : p < q;
   });
-  // cnt(e), and c_p: the pairs q < p of p's expert, which precede p in s.
-  std::vector<int64_t> cnt(static_cast<size_t>(std::max<int64_t>(E, 0)), 0);
+  // cnt(e) (only for a count output, whose E elements exist; E may be anything when unused), and c_p: the
+  // pairs q < p of p's expert, which precede p in s.
+  const int64_t flag = a.expert_tokens_count_or_cumsum_flag;
+  const bool counts = drop_pad ? a.expert_tokens_before_capacity_flag : flag == 1 || flag == 2;
+  std::vector<int64_t> cnt(static_cast<size_t>(counts ? E : 0), 0);
   std::vector<int64_t> rank(static_cast<size_t>(P), 0);
   for (int64_t i = 0; i < P; ++i) {
     const int64_t p = s[static_cast<size_t>(i)];
     if (i > 0 && expert(s[static_cast<size_t>(i - 1)]) == expert(p)) {
       rank[static_cast<size_t>(p)] = rank[static_cast<size_t>(s[static_cast<size_t>(i - 1)])] + 1;
     }
-    if (expert(p) < E) ++cnt[static_cast<size_t>(expert(p))];
+    if (counts) ++cnt[static_cast<size_t>(expert(p))];
   }
 
   if (!drop_pad) {
@@ -47,8 +50,7 @@ void InitRoutingV2(const InitRoutingV2Args& a) {
       SetI(a.expanded_row_idx, {p}, i);
       if (i < A) copy_row(p / K, [&](int64_t j) { return ElementPtr(a.expanded_x, {i, j}); });
     }
-    const int64_t flag = a.expert_tokens_count_or_cumsum_flag;
-    if (flag == 1 || flag == 2) {
+    if (counts) {
       int64_t sum = 0;
       for (int64_t e = 0; e < E; ++e) {
         sum += cnt[static_cast<size_t>(e)];
@@ -58,7 +60,7 @@ void InitRoutingV2(const InitRoutingV2Args& a) {
     return;
   }
 
-  for (int64_t e = 0; e < E; ++e) {
+  for (int64_t e = 0; e < (H > 0 ? E : 0); ++e) {
     for (int64_t c = 0; c < C; ++c) {
       for (int64_t j = 0; j < H; ++j) std::memset(ElementPtr(a.expanded_x, {e, c, j}), 0, bytes);
     }
@@ -68,7 +70,7 @@ void InitRoutingV2(const InitRoutingV2Args& a) {
     SetI(a.expanded_row_idx, {p}, c < C ? e * C + c : -1);
     if (c < C) copy_row(p / K, [&](int64_t j) { return ElementPtr(a.expanded_x, {e, c, j}); });
   }
-  if (a.expert_tokens_before_capacity_flag) {
+  if (counts) {
     for (int64_t e = 0; e < E; ++e) SetI(*a.expert_tokens_before_capacity, {e}, cnt[static_cast<size_t>(e)]);
   }
 }
