@@ -174,5 +174,38 @@ TEST(EmptyBatch, TokenPermuteWithRoutingMapGradNeedsTokens) {
   }
 }
 
+TEST(EmptyBatch, InitRoutingV2EveryOptionalCombination) {
+  constexpr int64_t K = 2, H = 6, E = 3, C = 2;
+  for (const int64_t mode : {0, 1}) {
+    for (const int64_t flag : {0, 1, 2}) {
+      for (const bool before_flag : {false, true}) {
+        for (unsigned mask = 0; mask < 4; ++mask) {
+          ValidCall<InitRoutingV2Args> v;
+          v.Tensor("x", kF32, {0, H}).Tensor("expertIdx", kI32, {0, K}).Tensor("expandedRowIdxOut", kI32, {0});
+          v.Tensor("expandedXOut", kF32, mode == 1 ? std::vector<int64_t>{E, C, H} : std::vector<int64_t>{0, H});
+          v.Tensor("expertTokensCountOrCumsumOut", kI32, {E}).Tensor("expertTokensBeforeCapacityOut", kI32, {E});
+          v.Attr("dropPadMode", mode).Attr("expertNum", E).Attr("expertCapacity", C).Attr("activeNum", 4);
+          v.Attr("expertTokensCountOrCumsumFlag", flag).Attr("expertTokensBeforeCapacityFlag", before_flag);
+          if (!Has(mask, 0)) Remove(v, "expertTokensCountOrCumsumOut");
+          if (!Has(mask, 1)) Remove(v, "expertTokensBeforeCapacityOut");
+          const bool needs_count = mode == 0 && flag != 0, needs_before = mode == 1 && before_flag;
+          const bool allowed = (!needs_count || Has(mask, 0)) && (!needs_before || Has(mask, 1));
+          const std::string what = "mode " + std::to_string(mode) + " flag " + std::to_string(flag) +
+                                   (before_flag ? " before" : "") + " mask " + std::to_string(mask);
+          Expect(v, allowed, StatusCode::kNullptr, needs_count ? "expertTokensCountOrCumsumOut (required with"
+                                                               : "expertTokensBeforeCapacityOut (required with", what);
+          // The counts it writes are all 0.
+          for (const char* name : {"expertTokensCountOrCumsumOut", "expertTokensBeforeCapacityOut"}) {
+            const auto& t = v.tensors.at(TensorIndex<InitRoutingV2Args>(name));
+            const bool written = allowed && t && (std::string(name) == "expertTokensCountOrCumsumOut" ? needs_count
+                                                                                                      : needs_before);
+            for (int64_t e = 0; written && e < E; ++e) EXPECT_EQ(t->GetI(e), 0) << what << " " << name;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moegrad::testing

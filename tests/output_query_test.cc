@@ -259,6 +259,34 @@ std::vector<Call<TokenPermuteWithRoutingMapArgs>> TokenPermuteWithRoutingMapCall
   return calls;
 }
 
+std::vector<Call<InitRoutingV2Args>> InitRoutingV2Calls() {
+  std::vector<Call<InitRoutingV2Args>> calls;
+  const int64_t H = 5, C = 2;
+  for (int64_t mode : {0, 1}) {
+    for (int64_t N : {0, 4}) {
+      for (int64_t K : {1, 3}) {
+        for (int64_t flag : {0, 1, 2}) {
+          for (bool before : {false, true}) {
+            for (int64_t active : {0, 5}) {
+              const int64_t E = mode == 0 && flag == 0 && !before ? 0 : 3;  // expertNum unused: may be 0
+              Call<InitRoutingV2Args> c;
+              c.Set("x", TestTensor(mode == 1 ? kF16 : kBF16, {N, H}, Layout::kPadded));
+              c.Set("expertIdx", TestTensor(kI32, {N, K}, Layout::kTransposed));
+              for (int64_t i = 0; i < N * K; ++i) c["expertIdx"]->SetI(i, 0);
+              c.attrs = {active, mode == 1 ? C : 0, E, mode, flag, before ? 1 : 0};
+              c.what = "mode " + std::to_string(mode) + " N " + std::to_string(N) + " K " + std::to_string(K) +
+                       " flag " + std::to_string(flag) + (before ? " before" : "") + " activeNum " +
+                       std::to_string(active);
+              calls.push_back(c);
+            }
+          }
+        }
+      }
+    }
+  }
+  return calls;
+}
+
 TEST(OutputQuery, FinalizeRoutingV2GradReportsWhatPhaseOneAccepts) {
   for (auto& c : FinalizeRoutingV2GradCalls()) ExpectQueryMatchesPhaseOne(c, Always);
 }
@@ -295,6 +323,10 @@ TEST(OutputQuery, FinalizeRoutingV2TakesRFromTheFirstRowsInput) {
 
 TEST(OutputQuery, TokenPermuteWithRoutingMapReportsWhatPhaseOneAccepts) {
   for (auto& c : TokenPermuteWithRoutingMapCalls()) ExpectQueryMatchesPhaseOne(c, Always);
+}
+
+TEST(OutputQuery, InitRoutingV2ReportsWhatPhaseOneAccepts) {
+  for (auto& c : InitRoutingV2Calls()) ExpectQueryMatchesPhaseOne(c, Always);
 }
 
 // --- errors ------------------------------------------------------------------------------------------------
@@ -407,6 +439,39 @@ TEST(OutputQuery, TokenPermuteWithRoutingMapErrorsAreThoseOfPhaseOne) {
       {"probs INT32", [](C& c) { c.Set("probs", TestTensor(kI32, {4, 3})); }},
       {"probs BOOL", [](C& c) { c.Set("probs", TestTensor(DType::kBool, {4, 3})); }},
   });
+}
+
+TEST(OutputQuery, InitRoutingV2ErrorsAreThoseOfPhaseOne) {
+  using C = Call<InitRoutingV2Args>;
+  for (const int64_t mode : {0, 1}) {
+    const C base = Find(InitRoutingV2Calls(), mode == 0 ? "mode 0 N 4 K 3 flag 1 activeNum 5"
+                                                        : "mode 1 N 4 K 3 flag 0 before activeNum 0");
+    std::vector<std::pair<const char*, std::function<void(C&)>>> rows = {
+        {"dropPadMode 2", [](C& c) { c.Attr("dropPadMode", 2); }},
+        {"activeNum -1", [](C& c) { c.Attr("activeNum", -1); }},
+        {"expertNum -1", [](C& c) { c.Attr("expertNum", -1); }},
+        {"expertCapacity -1", [](C& c) { c.Attr("expertCapacity", -1); }},
+        {"flag 3", [](C& c) { c.Attr("expertTokensCountOrCumsumFlag", 3); }},
+        {"expertNum 0", [](C& c) { c.Attr("expertNum", 0); }},
+        {"x 1-D", [](C& c) { c.Set("x", TestTensor(kBF16, {4})); }},
+        {"x INT32", [](C& c) { c.Set("x", TestTensor(kI32, {4, 5})); }},
+        {"expertIdx 3-D", [](C& c) { c.Set("expertIdx", TestTensor(kI32, {4, 3, 1})); }},
+        {"expertIdx INT8", [](C& c) { c.Set("expertIdx", TestTensor(DType::kInt8, {4, 3})); }},
+        {"expertIdx rows", [](C& c) { c.Set("expertIdx", TestTensor(kI32, {5, 3})); }},
+    };
+    if (mode == 1) {
+      rows.push_back({"expertCapacity 0", [](C& c) { c.Attr("expertCapacity", 0); }});
+      rows.push_back({"E*C 2^31", [](C& c) { c.Attr("expertNum", 1 << 16); c.Attr("expertCapacity", 1 << 15); }});
+      rows.push_back({"expertNum INT64_MAX", [](C& c) { c.Attr("expertNum", INT64_MAX); c.Attr("expertCapacity", 2); }});
+    }
+    ExpectSameErrors<InitRoutingV2Args>(base, rows);
+  }
+  // In mode 1 without the flag, and in mode 0 with flag 0, no count output is required: nothing to fail.
+  std::vector<OutputSpec> specs;
+  const C plain = Find(InitRoutingV2Calls(), "mode 0 N 4 K 1 flag 0 activeNum 0");
+  ASSERT_TRUE(Query(plain.CppArgs(true), &specs).ok());
+  EXPECT_FALSE(specs[2].written);
+  EXPECT_FALSE(specs[3].written);
 }
 
 // Malformed inputs and devices: the generic checks of every tensor (Tensors) come first in both.

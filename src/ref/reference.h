@@ -11,5 +11,6 @@ void FinalizeRoutingV2Grad(const FinalizeRoutingV2GradArgs& a);
 void TokenPermuteWithRoutingMapGrad(const TokenPermuteWithRoutingMapGradArgs& a);
 void FinalizeRoutingV2(const FinalizeRoutingV2Args& a);
 void TokenPermuteWithRoutingMap(const TokenPermuteWithRoutingMapArgs& a);
+void InitRoutingV2(const InitRoutingV2Args& a);
 
 }  // namespace moegrad::ref

@@ -1,5 +1,7 @@
 #include "tools/moegrad/common/catalog.h"
 
+#include <algorithm>
+
 #include "moegrad/op_info.hpp"
 #include "tools/moegrad/common/op_names.h"
 #include "tools/moegrad/common/problems.h"
@@ -7,8 +9,8 @@
 namespace moegrad::tool {
 namespace {
 
-// The optional inputs a row passes.
-enum Inputs : unsigned { kScales = 1, kBias = 2, kProbs = 4 };
+// The optional inputs a row passes; for MoeInitRoutingV2 the outputs it asks for and its activeNum.
+enum Inputs : unsigned { kScales = 1, kBias = 2, kProbs = 4, kCumsum = 8, kBeforeCapacity = 16, kHalfActive = 32 };
 
 // The makers: a row's mode (dropPadMode of the finalize operators, dropAndPad 0/1 of the permute operators)
 // and optional inputs set on its operator's config. FinalizeRoutingV2GradConfig and FinalizeRoutingV2Config
@@ -26,6 +28,14 @@ void Set(TokenPermuteWithRoutingMapGradConfig& c, int64_t mode, unsigned in) {
 void Set(TokenPermuteWithRoutingMapConfig& c, int64_t mode, unsigned in) {
   c.drop_and_pad = mode != 0;
   c.probs = in & kProbs;
+}
+// Dropless: the cumsum, and with kHalfActive the first half of the rows (activeNum = N*K / 2); drop/pad: the
+// counts before capacity.
+void Set(InitRoutingV2Config& c, int64_t mode, unsigned in) {
+  c.mode = mode;
+  c.flag = in & kCumsum ? 1 : 0;
+  c.before_capacity = in & kBeforeCapacity;
+  c.active_num = in & kHalfActive ? std::max<int64_t>(1, c.shape.tokens * c.shape.topk / 2) : 0;
 }
 
 // A row of the operator of Config::Args; everything else at the config's defaults (routed index data, every
@@ -60,6 +70,10 @@ const std::vector<BenchRow>& BenchRows() {
       Row<FinalizeRoutingV2Config>("mode3 drop-pad scales", 3, kScales),
       Row<TokenPermuteWithRoutingMapConfig>("dropless probs", 0, kProbs),
       Row<TokenPermuteWithRoutingMapConfig>("drop-pad probs", 1, kProbs),
+      // The V2 dispatch (forward of MoeFinalizeRoutingV2's modes 2, 3 and the gradients above).
+      Row<InitRoutingV2Config>("dropless cumsum", 0, kCumsum),
+      Row<InitRoutingV2Config>("dropless active-half cumsum", 0, kCumsum | kHalfActive),
+      Row<InitRoutingV2Config>("drop-pad before-capacity", 1, kBeforeCapacity),
   };
   return rows;
 }
