@@ -103,6 +103,7 @@ TEST(Device, UnsupportedDeviceFailsCleanlyInEveryOperator) {
   CheckOperator(TokenPermuteWithRoutingMapGradCall());
   CheckOperator(FinalizeRoutingV2Call());
   CheckOperator(TokenPermuteWithRoutingMapCall());
+  CheckOperator(InitRoutingV2GradCall());
 }
 
 TEST(Device, StatusIsNotInvalidArgument) {
