@@ -339,7 +339,8 @@ TEST(InitRoutingV2Grad, SpecExamples) {
     std::vector<int32_t> idx = e.idx;
     float out[3] = {-1, -1, -1};
     InitRoutingV2GradArgs a;
-    a.grad_expanded_x = e.mode == 1 ? TensorView(g, DType::kFloat32, {3, 2, 1}) : TensorView(g, DType::kFloat32, {e.grad_rows, 1});
+    a.grad_expanded_x = e.mode == 1 ? TensorView(g, DType::kFloat32, {3, 2, 1})
+                                    : TensorView(g, DType::kFloat32, {e.grad_rows, 1});
     a.expanded_row_idx = TensorView(idx.data(), DType::kInt32, {6});
     a.top_k = 2;
     a.drop_pad_mode = e.mode;
@@ -567,12 +568,19 @@ std::vector<ErrorRow> ErrorTable() {
       {"out BFLOAT16 (mode 1)", 1, set(kOut, TestTensor(DType::kBFloat16, {kN, kH})), kInvalid,
        "out is BFLOAT16 but gradExpandedX is FLOAT32", 1},
       {"out shape before the rows of gradExpandedX", 0,
-       [](Case& c) { c.t[kOut] = TestTensor(DType::kFloat32, {1, 1}); c.t[kGrad] = TestTensor(DType::kFloat32, {3, kH}); },
+       [](Case& c) {
+         c.t[kOut] = TestTensor(DType::kFloat32, {1, 1});
+         c.t[kGrad] = TestTensor(DType::kFloat32, {3, kH});
+       },
        kInvalid, "out has shape (1, 1)", 1},
       // The rows of gradExpandedX in mode 0.
       {"rows != L", 0, set(kGrad, TestTensor(f32, {9, kH})), kInvalid,
        "gradExpandedX has 9 rows but must have L = N*topK = 8 (activeNum 0 is 0 or >= L)", 1},
-      {"rows != L (activeNum past L)", 0, [](Case& c) { c.attrs[2] = 12; c.t[kGrad] = TestTensor(DType::kFloat32, {12, kH}); },
+      {"rows != L (activeNum past L)", 0,
+       [](Case& c) {
+         c.attrs[2] = 12;
+         c.t[kGrad] = TestTensor(DType::kFloat32, {12, kH});
+       },
        kInvalid, "gradExpandedX has 12 rows but must have L = N*topK = 8 (activeNum 12 is 0 or >= L)", 1},
       {"rows != activeNum", 0, set(kGrad, TestTensor(f32, {6, kH})), kInvalid,
        "MoeInitRoutingV2Grad: gradExpandedX has 6 rows but must have 4 (activeNum 4)", 1, kBoth, 4},
@@ -585,19 +593,22 @@ std::vector<ErrorRow> ErrorTable() {
       {"out over expandedRowIdx", 1,
        [](Case& c) { c.tweak = [&c](int i, TensorView* v) { if (i == kOut) v->data = c.t[kIdx]->view().data; }; },
        kInvalid, "out overlaps expandedRowIdx in memory", 1, kCppOnly},
-      {"out overlaps itself", 0, [](Case& c) { c.tweak = [](int i, TensorView* v) { if (i == kOut) v->strides[0] = 0; }; },
+      {"out overlaps itself", 0,
+       [](Case& c) { c.tweak = [](int i, TensorView* v) { if (i == kOut) v->strides[0] = 0; }; },
        kInvalid, "out has elements that share memory (stride 0 in dimension 0", 1, kCppOnly},
       // Index data (phase two), in ascending position, the last one included.
       {"mode 0 value = L", 0, idx_value(2, 8), kInvalid,
        "MoeInitRoutingV2Grad: expandedRowIdx[2] = 8 is outside [0, 8) for dropPadMode 0", 2},
-      {"mode 0 value -1", 0, idx_value(7, -1), kInvalid, "expandedRowIdx[7] = -1 is outside [0, 8) for dropPadMode 0", 2},
+      {"mode 0 value -1", 0, idx_value(7, -1), kInvalid,
+       "expandedRowIdx[7] = -1 is outside [0, 8) for dropPadMode 0", 2},
       {"mode 0 the first bad of two", 0, [](Case& c) { c.t[kIdx]->SetI(6, 9); c.t[kIdx]->SetI(3, -4); }, kInvalid,
        "expandedRowIdx[3] = -4 is outside [0, 8)", 2},
       {"mode 0 with activeNum: [0, L), not [0, activeNum)", 0, idx_value(0, 8), kInvalid,
        "expandedRowIdx[0] = 8 is outside [0, 8) for dropPadMode 0", 2, kBoth, 4},
       {"mode 1 value -2", 1, idx_value(4, -2), kInvalid,
        "MoeInitRoutingV2Grad: expandedRowIdx[4] = -2 is outside [-1, 6) for dropPadMode 1", 2},
-      {"mode 1 value E*C", 1, idx_value(7, 6), kInvalid, "expandedRowIdx[7] = 6 is outside [-1, 6) for dropPadMode 1", 2},
+      {"mode 1 value E*C", 1, idx_value(7, 6), kInvalid,
+       "expandedRowIdx[7] = 6 is outside [-1, 6) for dropPadMode 1", 2},
       {"mode 1 INT32_MIN", 1, idx_value(0, INT32_MIN), kInvalid,
        "expandedRowIdx[0] = -2147483648 is outside [-1, 6)", 2},
       {"mode 1 E*C = 0", 1, [](Case& c) { c.t[kGrad] = TestTensor(DType::kFloat32, {kE, 0, kH}); }, kInvalid,
@@ -659,7 +670,8 @@ TEST(InitRoutingV2GradErrors, WorkspaceAndExecutor) {
   const AclCall<InitRoutingV2GradArgs> call(c.Call());
   aclOpExecutor* ex = nullptr;
   EXPECT_EQ(call.PhaseOne(nullptr, &ex), ACLNN_ERR_PARAM_NULLPTR);
-  EXPECT_STREQ(aclGetRecentErrMsg(), "aclnnMoeInitRoutingV2GradGetWorkspaceSize: workspaceSize is required but is null");
+  EXPECT_STREQ(aclGetRecentErrMsg(),
+               "aclnnMoeInitRoutingV2GradGetWorkspaceSize: workspaceSize is required but is null");
   uint64_t size = 0;
   EXPECT_EQ(call.PhaseOne(&size, nullptr), ACLNN_ERR_PARAM_NULLPTR);
   EXPECT_STREQ(aclGetRecentErrMsg(), "aclnnMoeInitRoutingV2GradGetWorkspaceSize: executor is required but is null");
@@ -688,7 +700,9 @@ TEST(InitRoutingV2GradErrors, IndexDataIsReadInPhaseTwo) {
   Case w = c;
   w.t[kOut] = want;
   ref::InitRoutingV2Grad(w.CppArgs());
-  for (int64_t i = 0; i < kN * kH; ++i) EXPECT_EQ(testing::ElementBits(*c.t[kOut], i), testing::ElementBits(*w.t[kOut], i));
+  for (int64_t i = 0; i < kN * kH; ++i) {
+    EXPECT_EQ(testing::ElementBits(*c.t[kOut], i), testing::ElementBits(*w.t[kOut], i)) << i;
+  }
   EXPECT_EQ(aclDestroyAclOpExecutor(ex), ACLNN_SUCCESS);
 }
 

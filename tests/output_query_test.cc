@@ -264,7 +264,8 @@ std::vector<Call<InitRoutingV2GradArgs>> InitRoutingV2GradCalls() {
             Call<InitRoutingV2GradArgs> c;
             const int64_t L = N * K;
             const int64_t rows = active > 0 && active < L ? active : L;
-            c.Set("gradExpandedX", mode == 1 ? TestTensor(f, {E, C, H}) : TestTensor(f, {rows, H}, Layout::kTransposed));
+            c.Set("gradExpandedX",
+                  mode == 1 ? TestTensor(f, {E, C, H}) : TestTensor(f, {rows, H}, Layout::kTransposed));
             c.Set("expandedRowIdx", TestTensor(kI32, {L}, Layout::kPadded));
             for (int64_t i = 0; i < L; ++i) c["expandedRowIdx"]->SetI(i, 0);
             c.attrs = {K, mode, active};
