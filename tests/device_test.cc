@@ -104,6 +104,7 @@ TEST(Device, UnsupportedDeviceFailsCleanlyInEveryOperator) {
   CheckOperator(FinalizeRoutingV2Call());
   CheckOperator(TokenPermuteWithRoutingMapCall());
   CheckOperator(InitRoutingV2Call());
+  CheckOperator(InitRoutingV2GradCall());
 }
 
 TEST(Device, StatusIsNotInvalidArgument) {

@@ -2,8 +2,8 @@
 // operator, through the C++ API (one call and plan) and aclnn: a combination the optional-argument rules allow
 // succeeds and writes every non-empty output (zeros), K coming from scales, else expertIdx, else 0; one they
 // forbid fails with the rule's NULLPTR status. MoeTokenPermuteWithRoutingMapGrad takes tokensNum > 0 only, so
-// there every combination is INVALID naming tokensNum. An expert-parallel rank that receives no tokens runs
-// the same code as the others.
+// there every combination is INVALID naming tokensNum; MoeInitRoutingV2Grad has no optional tensors. An
+// expert-parallel rank that receives no tokens runs the same code as the others.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -44,7 +44,8 @@ void Expect(ValidCall<Args>& v, bool want_ok, StatusCode code, const std::string
       for (size_t i = 0; i < kNumTensors<Args>; ++i) {
         if (!v.tensors[i] || Info::kTensors[i].role != ArgRole::kOutput) continue;
         if (v.tensors[i]->dtype() == DType::kInt32) continue;
-        const bool written = Info::kTensors[i].Written(v.Call().CppArgs());
+        const Args args = v.Call().CppArgs();
+        const bool written = Info::kTensors[i].Written(args);
         for (int64_t e = 0; e < v.tensors[i]->numel(); ++e) {
           if (written) {
             EXPECT_EQ(ElementBits(*v.tensors[i], e), 0u) << Info::kTensors[i].name << "[" << e << "]";
@@ -203,6 +204,21 @@ TEST(EmptyBatch, InitRoutingV2EveryOptionalCombination) {
           }
         }
       }
+    }
+  }
+}
+
+// No optional tensors: an empty batch (L = 0) is valid in both modes, for any activeNum; mode 1's gradExpandedX
+// keeps its E*C rows (the forward's +0 rows), which nothing reads.
+TEST(EmptyBatch, InitRoutingV2GradWithoutTokens) {
+  constexpr int64_t H = 6;
+  for (const int64_t mode : {0, 1}) {
+    for (const int64_t active : {0, 3}) {
+      ValidCall<InitRoutingV2GradArgs> v;
+      v.Tensor("gradExpandedX", kF32, mode == 1 ? std::vector<int64_t>{3, 2, H} : std::vector<int64_t>{0, H});
+      v.Tensor("expandedRowIdx", kI32, {0}).Tensor("out", kF32, {0, H});
+      v.Attr("topK", 4).Attr("dropPadMode", mode).Attr("activeNum", active);
+      Expect(v, true, StatusCode::kOk, "", "mode " + std::to_string(mode) + " activeNum " + std::to_string(active));
     }
   }
 }

@@ -1,4 +1,4 @@
-// Tensors past 2^31 elements (320000 x 7168 BFLOAT16, 4.6 GB each) through both gradient operators: element
+// Tensors past 2^31 elements (320000 x 7168 BFLOAT16, 4.6 GB each) through the gradient operators: element
 // offsets must be 64-bit everywhere. Each case holds at most two such tensors (about 9.2 GB) and frees them
 // before the next; broadcast (stride-0) inputs stand in for a third. Values are checked on sampled rows, on
 // the rows around element 2^31 and on the last rows, against the formulas evaluated here directly.
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "acl/acl.h"
+#include "aclnnop/aclnn_moe_init_routing_v2_grad.h"
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
 #include "moegrad/ops.hpp"
 #include "src/testing/float16.h"
@@ -231,6 +232,66 @@ TEST(LargeTensors, TokenPermuteWithRoutingMapGradDropAndPadBroadcastInput) {
     for (int64_t j = 0; j < kH; ++j) {
       ASSERT_EQ(tokens_grad->data[t * kH + j], BF16BitsFromF32(Bf(g_row[j]) + Bf(g_row[j])))
           << "tokensGrad[" << t << "][" << j << "]";
+    }
+  }
+}
+
+// Mode 0, K = 1, through aclnn: out[n] = gradExpandedX[expandedRowIdx[n]], a permutation of the rows.
+TEST(LargeTensors, InitRoutingV2GradDroplessThroughAclnn) {
+  const int64_t N = kRows;
+  auto grad = std::make_unique<Bf16Buffer>(N * kH);
+  auto out = std::make_unique<Bf16Buffer>(N * kH);
+  ASSERT_TRUE(grad->data && out->data) << "needs about 9.2 GB of memory";
+  FillPattern(grad->data, N * kH, 11);
+  std::vector<int32_t> idx(N);
+  for (int64_t n = 0; n < N; ++n) idx[n] = static_cast<int32_t>((n * 7919) % N);
+  auto g = MakeAcl({N, kH}, {kH, 1}, ACL_BF16, N * kH, grad->data);
+  auto ri = MakeAcl({N}, {1}, ACL_INT32, N, idx.data());
+  auto o = MakeAcl({N, kH}, {kH, 1}, ACL_BF16, N * kH, out->data);
+  ASSERT_TRUE(g && ri && o) << aclGetRecentErrMsg();
+  uint64_t ws_size = 0;
+  aclOpExecutor* executor = nullptr;
+  ASSERT_EQ(aclnnMoeInitRoutingV2GradGetWorkspaceSize(g.get(), ri.get(), 1, 0, 0, o.get(), &ws_size, &executor),
+            ACLNN_SUCCESS)
+      << aclGetRecentErrMsg();
+  void* ws = nullptr;
+  if (ws_size > 0) {
+    ASSERT_EQ(aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+  }
+  ASSERT_EQ(aclnnMoeInitRoutingV2Grad(ws, ws_size, executor, nullptr), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+  if (ws != nullptr) aclrtFree(ws);
+  for (int64_t n : SampleRows(N, kH)) {
+    for (int64_t j = 0; j < kH; ++j) {
+      ASSERT_EQ(out->data[n * kH + j], grad->data[idx[n] * kH + j]) << "out[" << n << "][" << j << "]";
+    }
+  }
+}
+
+// Mode 1 with E = 2 and C = N: token n reads rows n and N + n of a broadcast gradient (one row), so
+// out[n] = rne(g + g) = 2g exactly; only the output is large.
+TEST(LargeTensors, InitRoutingV2GradDropPadBroadcastInput) {
+  const int64_t N = kRows, K = 2;
+  auto out = std::make_unique<Bf16Buffer>(N * kH);
+  ASSERT_TRUE(out->data) << "needs about 4.6 GB of memory";
+  FillPattern(out->data, N * kH, 12);  // stale values: every row must be overwritten
+  std::vector<uint16_t> g_row(kH);
+  std::vector<int32_t> idx(N * K);
+  for (int64_t j = 0; j < kH; ++j) g_row[j] = Pattern(j, 13);
+  for (int64_t n = 0; n < N; ++n) {
+    idx[n * K] = static_cast<int32_t>(n);
+    idx[n * K + 1] = static_cast<int32_t>(N + n);
+  }
+  InitRoutingV2GradArgs a;
+  a.grad_expanded_x = TensorView(g_row.data(), DType::kBFloat16, {2, N, kH}, {0, 0, 1});
+  a.expanded_row_idx = TensorView(idx.data(), DType::kInt32, {N * K});
+  a.top_k = K;
+  a.drop_pad_mode = 1;
+  a.out = Bf16View(out->data, N, kH);
+  const Status s = InitRoutingV2Grad(a);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (int64_t n : SampleRows(N, kH)) {
+    for (int64_t j = 0; j < kH; ++j) {
+      ASSERT_EQ(out->data[n * kH + j], BF16BitsFromF32(Bf(g_row[j]) + Bf(g_row[j]))) << "out[" << n << "][" << j << "]";
     }
   }
 }

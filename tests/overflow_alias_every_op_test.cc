@@ -111,6 +111,14 @@ void SetSmallCall(Arena& arena, InitRoutingV2Args& a) {
   a.expert_tokens_before_capacity = TensorView(arena.Slot(4), DType::kInt32, {3});
 }
 
+void SetSmallCall(Arena& arena, InitRoutingV2GradArgs& a) {
+  a.grad_expanded_x = TensorView(arena.Slot(0), DType::kFloat16, {2, 3, 8});
+  a.expanded_row_idx = TensorView(arena.Slot(1), DType::kInt32, {8});
+  a.top_k = 2;
+  a.drop_pad_mode = 1;
+  a.out = TensorView(arena.Slot(2), DType::kFloat16, {4, 8});
+}
+
 // Runs `check` on each operator's fresh small call.
 void ForEachSmallCall(const std::function<void(OpUnderTest&)>& check) {
   Arena arena;
@@ -262,6 +270,24 @@ TEST(EveryOperatorOverflow, ExtremeAttributesWithEmptyTensors) {
       q.num_experts = 4;
       expect_status(CppPlan(q), "permute grad tokensNum, 4 experts");
     }
+
+    // MoeInitRoutingV2Grad: topK = v, activeNum = v and dropPadMode = v with L = 0 pairs.
+    for (const int64_t mode : {0, 1}) {
+      InitRoutingV2GradArgs r;
+      r.grad_expanded_x = mode == 1 ? TensorView(Fake(0), DType::kFloat32, {v > 0 ? v : 1, 0, 0})
+                                    : TensorView(Fake(0), DType::kFloat32, {0, 0});
+      r.expanded_row_idx = TensorView(Fake(1), DType::kInt32, {0});
+      r.top_k = v;
+      r.drop_pad_mode = mode;
+      r.out = TensorView(Fake(2), DType::kFloat32, {0, 0});
+      expect_status(CppPlan(r), "init-routing grad topK");
+      r.top_k = 1;
+      r.active_num = v;
+      expect_status(CppPlan(r), "init-routing grad activeNum");
+      expect_status(AclPlan(r), "init-routing grad activeNum (aclnn)");
+      r.drop_pad_mode = v;
+      expect_status(CppPlan(r), "init-routing grad dropPadMode");
+    }
   }
 }
 
@@ -316,6 +342,19 @@ TEST(EveryOperatorOverflow, TokenPermuteWithRoutingMapGradWorkspaceOverflowIsRej
   const Outcome o = CppPlan(q);
   EXPECT_EQ(o.status, ACLNN_ERR_PARAM_INVALID);
   EXPECT_EQ(o.message, "MoeTokenPermuteWithRoutingMapGrad: the workspace size overflows 64 bits");
+}
+
+TEST(EveryOperatorOverflow, InitRoutingV2GradWorkspaceOverflowIsRejected) {
+  // N + 1 offsets and L terms of 8 bytes: L = 2^61 - 1 pairs of topK 1 need about 2^65 bytes.
+  const int64_t L = (int64_t{1} << 61) - 1;
+  InitRoutingV2GradArgs r;
+  r.grad_expanded_x = TensorView(Fake(0), DType::kFloat32, {L, 0});
+  r.expanded_row_idx = TensorView(Fake(1), DType::kInt32, {L});
+  r.top_k = 1;
+  r.out = TensorView(Fake(2), DType::kFloat32, {L, 0});
+  const Outcome o = CppPlan(r);
+  EXPECT_EQ(o.status, ACLNN_ERR_PARAM_INVALID);
+  EXPECT_EQ(o.message, "MoeInitRoutingV2Grad: the workspace size overflows 64 bits");
 }
 
 }  // namespace

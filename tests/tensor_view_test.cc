@@ -91,6 +91,7 @@ void CheckEveryOperator(const MakeBad& make_bad, const std::string& want) {
   CheckEveryTensor(FinalizeRoutingV2Call(), make_bad, want);
   CheckEveryTensor(TokenPermuteWithRoutingMapCall(), make_bad, want);
   CheckEveryTensor(InitRoutingV2Call(), make_bad, want);
+  CheckEveryTensor(InitRoutingV2GradCall(), make_bad, want);
 }
 
 TEST(TensorView, EveryOperatorRejectsATooHighRankFirst) {

@@ -233,6 +233,24 @@ struct OpInfo<InitRoutingV2Args> {
       op_info::Attr("expertTokensBeforeCapacityFlag", &A::expert_tokens_before_capacity_flag)};
 };
 
+template <>
+struct OpInfo<InitRoutingV2GradArgs> {
+  using A = InitRoutingV2GradArgs;
+  static constexpr Status (*kPlan)(const A&, Plan*) = &PlanInitRoutingV2Grad;  // phase one
+  static constexpr Status (*kRun)(const A&) = &InitRoutingV2Grad;               // plan, allocate, run
+  static constexpr Status (*kInfer)(const A&, std::vector<OutputSpec>*) =  // output query
+      &InferInitRoutingV2GradOutputs;
+  static constexpr const char* kName = "MoeInitRoutingV2Grad";
+  static constexpr const char* kKey = "init-routing-v2-grad";
+  static constexpr TensorArg<A> kTensors[] = {
+      op_info::In("gradExpandedX", &A::grad_expanded_x, op_info::kTokens),
+      op_info::In("expandedRowIdx", &A::expanded_row_idx),
+      op_info::Out("out", &A::out, op_info::kTokens)};
+  static constexpr AttrArg<A> kAttrs[] = {op_info::Attr("topK", &A::top_k),
+                                          op_info::Attr("dropPadMode", &A::drop_pad_mode),
+                                          op_info::Attr("activeNum", &A::active_num)};
+};
+
 // Calls fn(OpInfo<Args>()) for every operator's Args, in the order of the README's operator table.
 template <typename Fn>
 void ForEachOp(const Fn& fn) {
@@ -241,6 +259,7 @@ void ForEachOp(const Fn& fn) {
   fn(OpInfo<FinalizeRoutingV2Args>());
   fn(OpInfo<TokenPermuteWithRoutingMapArgs>());
   fn(OpInfo<InitRoutingV2Args>());
+  fn(OpInfo<InitRoutingV2GradArgs>());
 }
 
 }  // namespace moegrad

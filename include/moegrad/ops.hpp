@@ -127,4 +127,17 @@ MOEGRAD_API Status PlanInitRoutingV2(const InitRoutingV2Args& args, Plan* plan);
 MOEGRAD_API Status InitRoutingV2(const InitRoutingV2Args& args);
 MOEGRAD_API Status InferInitRoutingV2Outputs(const InitRoutingV2Args& args, std::vector<OutputSpec>* outputs);
 
+// Backward of MoeInitRoutingV2 (token-major pairs i = n*K + k). See docs/ops/init_routing_v2_grad.md.
+struct InitRoutingV2GradArgs {
+  TensorView grad_expanded_x;   // (rows, H) in mode 0; (E, C, H) in mode 1; float
+  TensorView expanded_row_idx;  // (L) INT32, L = N*topK
+  int64_t top_k = 0;            // K > 0
+  int64_t drop_pad_mode = 0;    // 0 dropless, 1 drop/pad
+  int64_t active_num = 0;       // mode 0: rows of gradExpandedX when 0 < activeNum < L
+  TensorView out;               // output (N, H)
+};
+MOEGRAD_API Status PlanInitRoutingV2Grad(const InitRoutingV2GradArgs& args, Plan* plan);
+MOEGRAD_API Status InitRoutingV2Grad(const InitRoutingV2GradArgs& args);
+MOEGRAD_API Status InferInitRoutingV2GradOutputs(const InitRoutingV2GradArgs& args, std::vector<OutputSpec>* outputs);
+
 }  // namespace moegrad

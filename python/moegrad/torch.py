@@ -1,5 +1,6 @@
 """PyTorch functions of moegrad: MoE dispatch (permute with a routing map) and combine (finalize routing),
-differentiable through moegrad's exact gradient operators, plus the two gradient operators themselves.
+differentiable through moegrad's exact gradient operators, plus the gradient operators themselves (those two and
+the init-routing gradient).
 
 Tensors are handed to the library in place (data pointer, sizes and strides: no copy, any strides); only the
 outputs are allocated here, exactly as the library's output query (phase one without the outputs) reports
@@ -19,6 +20,7 @@ __all__ = [
     "moe_finalize_routing_v2",
     "moe_finalize_routing_v2_grad",
     "moe_token_permute_with_routing_map_grad",
+    "moe_init_routing_v2_grad",
 ]
 
 _DTYPE_NAMES = {
@@ -179,6 +181,11 @@ def _finalize_grad(grad_y, expanded_row_idx, expanded_x=None, scales=None, exper
     return out["gradExpandedXOut"], out["gradScalesOut"]
 
 
+def _init_routing_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode=0, active_num=0):
+    return _run("init_routing_v2_grad", dict(gradExpandedX=grad_expanded_x, expandedRowIdx=expanded_row_idx),
+                dict(topK=top_k, dropPadMode=drop_pad_mode, activeNum=active_num))["out"]
+
+
 # --- not differentiable -----------------------------------------------------------------------------------
 
 class _NotDifferentiable(torch.autograd.Function):
@@ -337,6 +344,12 @@ def _permute_grad_autograd(permuted_token_output_grad, sorted_indices, num_exper
         results, (permuted_token_output_grad, permuted_probs_output_grad))
 
 
+def _init_routing_grad_autograd(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode=0, active_num=0):
+    out = _init_routing_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode, active_num)
+    return _not_differentiable(_grad_op_outputs_message("init_routing_v2_grad", "moe_init_routing_v2_grad"), (out,),
+                               (grad_expanded_x,))[0]
+
+
 # --- torch.ops.moegrad.* ----------------------------------------------------------------------------------
 
 _SCHEMAS = {
@@ -354,6 +367,9 @@ _SCHEMAS = {
         "(Tensor permuted_token_output_grad, Tensor sorted_indices, int num_experts, int tokens_num, "
         "bool drop_and_pad=False, Tensor? permuted_probs_output_grad=None, Tensor? routing_map=None) "
         "-> (Tensor, Tensor?)",
+    "moe_init_routing_v2_grad":
+        "(Tensor grad_expanded_x, Tensor expanded_row_idx, int top_k, int drop_pad_mode=0, int active_num=0) "
+        "-> Tensor",
 }
 # name -> (CPU kernel, Autograd kernel)
 _KERNELS = {
@@ -361,6 +377,7 @@ _KERNELS = {
     "moe_finalize_routing_v2": (_finalize, _finalize_autograd),
     "moe_finalize_routing_v2_grad": (_finalize_grad, _finalize_grad_autograd),
     "moe_token_permute_with_routing_map_grad": (_permute_grad, _permute_grad_autograd),
+    "moe_init_routing_v2_grad": (_init_routing_grad, _init_routing_grad_autograd),
 }
 
 
@@ -451,3 +468,17 @@ def moe_token_permute_with_routing_map_grad(permuted_token_output_grad, sorted_i
     return _ENTRY["moe_token_permute_with_routing_map_grad"](permuted_token_output_grad, sorted_indices,
                                                                a["numExperts"], a["tokensNum"], a["dropAndPad"],
                                                                permuted_probs_output_grad, routing_map)
+
+
+def moe_init_routing_v2_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode=0, active_num=0):
+    """The operator MoeInitRoutingV2Grad: the backward of MoeInitRoutingV2's row copy.
+
+    out[n] = the sum, in ascending k, of grad_expanded_x's rows expanded_row_idx[n*K + k] (K = top_k), leaving
+    out the pairs the forward did not materialize (mode 0: values >= active_num when 0 < active_num < L) or
+    dropped (mode 1: -1). grad_expanded_x is (rows, H) in mode 0 and (E, C, H) in mode 1; returns out (L/K, H).
+    The output is not differentiable.
+    """
+    a = _check("init_routing_v2_grad", dict(gradExpandedX=grad_expanded_x, expandedRowIdx=expanded_row_idx),
+               dict(topK=top_k, dropPadMode=drop_pad_mode, activeNum=active_num))
+    return _ENTRY["moe_init_routing_v2_grad"](grad_expanded_x, expanded_row_idx, a["topK"], a["dropPadMode"],
+                                                a["activeNum"])

@@ -12,5 +12,6 @@ void TokenPermuteWithRoutingMapGrad(const TokenPermuteWithRoutingMapGradArgs& a)
 void FinalizeRoutingV2(const FinalizeRoutingV2Args& a);
 void TokenPermuteWithRoutingMap(const TokenPermuteWithRoutingMapArgs& a);
 void InitRoutingV2(const InitRoutingV2Args& a);
+void InitRoutingV2Grad(const InitRoutingV2GradArgs& a);
 
 }  // namespace moegrad::ref

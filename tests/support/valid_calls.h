@@ -92,4 +92,11 @@ inline ValidCall<InitRoutingV2Args> InitRoutingV2Call() {  // N 2, K 2, H 4, E 3
   return v;
 }
 
+inline ValidCall<InitRoutingV2GradArgs> InitRoutingV2GradCall() {  // N 2, K 2, H 4, drop/pad E 2, C 3
+  ValidCall<InitRoutingV2GradArgs> v;
+  v.Tensor("gradExpandedX", kF32, {2, 3, 4}).Tensor("expandedRowIdx", kI32, {4}, {0, 3, -1, 4});
+  v.Tensor("out", kF32, {2, 4}).Attr("topK", 2).Attr("dropPadMode", 1);
+  return v;
+}
+
 }  // namespace moegrad::testing

@@ -99,5 +99,16 @@ struct InitRoutingV2Config : ProblemConfig {
   bool drop_pad() const { return mode == 1; }
 };
 std::unique_ptr<Problem> MakeProblem(const InitRoutingV2Config& c);
+// MoeInitRoutingV2Grad: N = shape.tokens, K = shape.topk, E = shape.experts; C = shape.capacity in mode 1.
+// gradExpandedX is (A, H), A = min(activeNum, N*K) when activeNum > 0, else N*K, in mode 0 and (E, C, H) in mode 1.
+// No routing weights (weight_dtype is ignored). Minimum bytes: read the gradExpandedX rows some pair reads
+// (distinct*H), expandedRowIdx (N*K int32); write out (N*H).
+struct InitRoutingV2GradConfig : ProblemConfig {
+  using Args = InitRoutingV2GradArgs;
+  int64_t mode = 0;        // dropPadMode 0 (dropless) or 1 (drop/pad)
+  int64_t active_num = 0;  // mode 0: rows of gradExpandedX when 0 < activeNum < N*K
+  bool drop_pad() const { return mode == 1; }
+};
+std::unique_ptr<Problem> MakeProblem(const InitRoutingV2GradConfig& c);
 
 }  // namespace moegrad::tool
