@@ -208,8 +208,10 @@ void RunExample(const Example& ex, DType dtype, Layout layout, Api api) {
                                     << " " << DTypeName(dtype) << " " << LayoutName(layout) << " " << ApiName(api));
   const int64_t E = 3, rows = static_cast<int64_t>(ex.expanded_x.size());
   TestTensor x(dtype, {3, 1}, layout, 1), idx(DType::kInt32, {3, 2}, layout, 2);
-  TestTensor out = ex.mode == 1 ? TestTensor(dtype, {E, ex.capacity, 1}, layout, 3) : TestTensor(dtype, {rows, 1}, layout, 3);
-  TestTensor row_idx(DType::kInt32, {6}, layout, 4), counts(DType::kInt32, {E}, layout, 5), before(DType::kInt32, {E}, layout, 6);
+  TestTensor out = ex.mode == 1 ? TestTensor(dtype, {E, ex.capacity, 1}, layout, 3)
+                                : TestTensor(dtype, {rows, 1}, layout, 3);
+  TestTensor row_idx(DType::kInt32, {6}, layout, 4), counts(DType::kInt32, {E}, layout, 5);
+  TestTensor before(DType::kInt32, {E}, layout, 6);
   for (int64_t n = 0; n < 3; ++n) x.SetF(n, 10.0f * (n + 1));
   const int64_t ids[] = {2, 0, 0, 1, 2, 2};
   for (int64_t p = 0; p < 6; ++p) idx.SetI(p, ids[p]);

@@ -139,7 +139,8 @@ def test_errors():
         mt.moe_init_routing_v2(x, idx, expert_num=3, drop_pad_mode=1)
     bad = idx.clone()
     bad[1, 1] = 3
-    with pytest.raises(ValueError, match=r"^MoeInitRoutingV2: expertIdx\[3\] = 3 is outside \[0, 3\) for dropPadMode 0$"):
+    with pytest.raises(ValueError,
+                       match=r"^MoeInitRoutingV2: expertIdx\[3\] = 3 is outside \[0, 3\) for dropPadMode 0$"):
         mt.moe_init_routing_v2(x, bad, expert_num=3, expert_tokens_count_or_cumsum_flag=2)
     with pytest.raises(TypeError, match=r"^MoeInitRoutingV2: expertNum must be an int, not float$"):
         mt.moe_init_routing_v2(x, idx, expert_num=3.0)
