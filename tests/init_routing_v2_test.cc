@@ -208,8 +208,10 @@ void RunExample(const Example& ex, DType dtype, Layout layout, Api api) {
                                     << " " << DTypeName(dtype) << " " << LayoutName(layout) << " " << ApiName(api));
   const int64_t E = 3, rows = static_cast<int64_t>(ex.expanded_x.size());
   TestTensor x(dtype, {3, 1}, layout, 1), idx(DType::kInt32, {3, 2}, layout, 2);
-  TestTensor out = ex.mode == 1 ? TestTensor(dtype, {E, ex.capacity, 1}, layout, 3) : TestTensor(dtype, {rows, 1}, layout, 3);
-  TestTensor row_idx(DType::kInt32, {6}, layout, 4), counts(DType::kInt32, {E}, layout, 5), before(DType::kInt32, {E}, layout, 6);
+  TestTensor out = ex.mode == 1 ? TestTensor(dtype, {E, ex.capacity, 1}, layout, 3)
+                                : TestTensor(dtype, {rows, 1}, layout, 3);
+  TestTensor row_idx(DType::kInt32, {6}, layout, 4), counts(DType::kInt32, {E}, layout, 5);
+  TestTensor before(DType::kInt32, {E}, layout, 6);
   for (int64_t n = 0; n < 3; ++n) x.SetF(n, 10.0f * (n + 1));
   const int64_t ids[] = {2, 0, 0, 1, 2, 2};
   for (int64_t p = 0; p < 6; ++p) idx.SetI(p, ids[p]);
@@ -403,7 +405,7 @@ TEST(InitRoutingV2, LargeOutputsStream) {
 }
 
 TEST(InitRoutingV2, BitIdenticalAcrossSimdTargetsAndThreads) {
-  // 5000 pairs: 10 blocks of the counting sort; many output rows split over the threads.
+  // 5000 pairs: 10 blocks of the counting sort (one task); many output rows split over the threads.
   for (DType dt : kFloats) {
     InitRoutingV2Tester().tokens(1000).topk(5).experts(64).hidden(64).flag(1).all_targets(true).seed(7).Test(dt);
     InitRoutingV2Tester().tokens(1000).topk(5).experts(64).mode(1).capacity(60).before_capacity(true).hidden(64)
@@ -411,6 +413,14 @@ TEST(InitRoutingV2, BitIdenticalAcrossSimdTargetsAndThreads) {
   }
   InitRoutingV2Tester().tokens(700).topk(3).experts(9).hidden(33).active_num(1500).flag(2)
       .layout(Layout::kTransposed, Layout::kPadded).all_targets(true).seed(9).Test(DType::kFloat16);
+  // 160000 pairs: the index passes split over up to three threads (2^16 pairs a task), the counting sort
+  // and the radix sort of ids without an expert count.
+  InitRoutingV2Tester().tokens(20000).topk(8).experts(300).hidden(3).flag(1).all_targets(true).seed(10)
+      .Test(DType::kBFloat16);
+  InitRoutingV2Tester().tokens(20000).topk(8).experts(0).id_range(int64_t{1} << 30).hidden(2).active_num(100000)
+      .all_targets(true).seed(11).Test(DType::kFloat32);
+  InitRoutingV2Tester().tokens(20000).topk(8).experts(300).mode(1).capacity(500).before_capacity(true).hidden(2)
+      .all_targets(true).seed(12).Test(DType::kFloat16);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 """PyTorch functions of moegrad: MoE dispatch (permute with a routing map) and combine (finalize routing),
-differentiable through moegrad's exact gradient operators, plus the gradient operators themselves (those two and
-the init-routing gradient).
+differentiable through moegrad's exact gradient operators (the V2 dispatch, init routing, too), plus the
+gradient operators themselves.
 
 Tensors are handed to the library in place (data pointer, sizes and strides: no copy, any strides); only the
 outputs are allocated here, exactly as the library's output query (phase one without the outputs) reports
@@ -21,6 +21,7 @@ __all__ = [
     "moe_finalize_routing_v2_grad",
     "moe_token_permute_with_routing_map_grad",
     "moe_init_routing_v2_grad",
+    "moe_init_routing_v2",
 ]
 
 _DTYPE_NAMES = {
@@ -184,6 +185,14 @@ def _finalize_grad(grad_y, expanded_row_idx, expanded_x=None, scales=None, exper
 def _init_routing_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode=0, active_num=0):
     return _run("init_routing_v2_grad", dict(gradExpandedX=grad_expanded_x, expandedRowIdx=expanded_row_idx),
                 dict(topK=top_k, dropPadMode=drop_pad_mode, activeNum=active_num))["out"]
+def _init_routing(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
+                  expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False):
+    out = _run("init_routing_v2", dict(x=x, expertIdx=expert_idx),
+               dict(activeNum=active_num, expertCapacity=expert_capacity, expertNum=expert_num,
+                    dropPadMode=drop_pad_mode, expertTokensCountOrCumsumFlag=expert_tokens_count_or_cumsum_flag,
+                    expertTokensBeforeCapacityFlag=expert_tokens_before_capacity_flag))
+    return (out["expandedXOut"], out["expandedRowIdxOut"], out["expertTokensCountOrCumsumOut"],
+            out["expertTokensBeforeCapacityOut"])
 
 
 # --- not differentiable -----------------------------------------------------------------------------------
@@ -335,6 +344,19 @@ def _finalize_grad_autograd(grad_y, expanded_row_idx, expanded_x=None, scales=No
                                results, (grad_y, expanded_x, scales, bias))
 
 
+def _init_routing_autograd(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
+                           expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False):
+    expanded_x, row_idx, counts, before = _init_routing(x, expert_idx, active_num, expert_capacity, expert_num,
+                                                        drop_pad_mode, expert_tokens_count_or_cumsum_flag,
+                                                        expert_tokens_before_capacity_flag)
+    # Until MoeInitRoutingV2Grad is wired in, a backward through expanded_x fails with one line instead of
+    # treating x as a constant; the index outputs are integers, never differentiable.
+    (expanded_x,) = _not_differentiable(
+        f"{_op('init_routing_v2')}: moe_init_routing_v2 is not differentiable yet (its gradient operator "
+        "MoeInitRoutingV2Grad is not wired in)", (expanded_x,), (x,))
+    return expanded_x, row_idx, counts, before
+
+
 def _permute_grad_autograd(permuted_token_output_grad, sorted_indices, num_experts, tokens_num, drop_and_pad=False,
                            permuted_probs_output_grad=None, routing_map=None):
     results = _permute_grad(permuted_token_output_grad, sorted_indices, num_experts, tokens_num, drop_and_pad,
@@ -370,6 +392,10 @@ _SCHEMAS = {
     "moe_init_routing_v2_grad":
         "(Tensor grad_expanded_x, Tensor expanded_row_idx, int top_k, int drop_pad_mode=0, int active_num=0) "
         "-> Tensor",
+    "moe_init_routing_v2":
+        "(Tensor x, Tensor expert_idx, int active_num=0, int expert_capacity=0, int expert_num=0, "
+        "int drop_pad_mode=0, int expert_tokens_count_or_cumsum_flag=0, bool expert_tokens_before_capacity_flag=False) "
+        "-> (Tensor, Tensor, Tensor?, Tensor?)",
 }
 # name -> (CPU kernel, Autograd kernel)
 _KERNELS = {
@@ -378,6 +404,7 @@ _KERNELS = {
     "moe_finalize_routing_v2_grad": (_finalize_grad, _finalize_grad_autograd),
     "moe_token_permute_with_routing_map_grad": (_permute_grad, _permute_grad_autograd),
     "moe_init_routing_v2_grad": (_init_routing_grad, _init_routing_grad_autograd),
+    "moe_init_routing_v2": (_init_routing, _init_routing_autograd),
 }
 
 
@@ -482,3 +509,22 @@ def moe_init_routing_v2_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_
                dict(topK=top_k, dropPadMode=drop_pad_mode, activeNum=active_num))
     return _ENTRY["moe_init_routing_v2_grad"](grad_expanded_x, expanded_row_idx, a["topK"], a["dropPadMode"],
                                                 a["activeNum"])
+def moe_init_routing_v2(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
+                        expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False):
+    """The operator MoeInitRoutingV2 (V2 dispatch): the rows of x (N, H) in the order of the token-major pairs
+    p = n*K + k of expert_idx (N, K) INT32 sorted by expert, ties by p.
+
+    Returns (expanded_x, expanded_row_idx (N*K) INT32, expert_tokens_count_or_cumsum (E) INT32 or None,
+    expert_tokens_before_capacity (E) INT32 or None). drop_pad_mode 0: expanded_x (A, H), A = min(active_num,
+    N*K) when active_num > 0 else N*K; the cumsum (flag 1) or count (flag 2) of every expert's pairs. 1:
+    expanded_x (E, C, H) with C = expert_capacity, pairs past C dropped (-1), empty rows +0; the counts before
+    capacity with expert_tokens_before_capacity_flag. Not differentiable yet: a backward through expanded_x
+    raises RuntimeError (MoeInitRoutingV2Grad is not wired in).
+    """
+    a = _check("init_routing_v2", dict(x=x, expertIdx=expert_idx),
+               dict(activeNum=active_num, expertCapacity=expert_capacity, expertNum=expert_num,
+                    dropPadMode=drop_pad_mode, expertTokensCountOrCumsumFlag=expert_tokens_count_or_cumsum_flag,
+                    expertTokensBeforeCapacityFlag=expert_tokens_before_capacity_flag))
+    return _ENTRY["moe_init_routing_v2"](x, expert_idx, a["activeNum"], a["expertCapacity"], a["expertNum"],
+                                         a["dropPadMode"], a["expertTokensCountOrCumsumFlag"],
+                                         a["expertTokensBeforeCapacityFlag"])

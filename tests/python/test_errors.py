@@ -30,6 +30,11 @@ _FUNCTIONS = {
     "moe_init_routing_v2_grad": ("init_routing_v2_grad", dict(
         grad_expanded_x="gradExpandedX", expanded_row_idx="expandedRowIdx", top_k="topK", drop_pad_mode="dropPadMode",
         active_num="activeNum")),
+    "moe_init_routing_v2": ("init_routing_v2", dict(
+        x="x", expert_idx="expertIdx", active_num="activeNum", expert_capacity="expertCapacity",
+        expert_num="expertNum", drop_pad_mode="dropPadMode",
+        expert_tokens_count_or_cumsum_flag="expertTokensCountOrCumsumFlag",
+        expert_tokens_before_capacity_flag="expertTokensBeforeCapacityFlag")),
 }
 
 
@@ -52,6 +57,9 @@ def _base(function):
                     bias=torch.randn(2, 3))
     if function == "moe_init_routing_v2_grad":
         return dict(grad_expanded_x=torch.randn(8, 3), expanded_row_idx=torch.randperm(8).int(), top_k=2)
+    if function == "moe_init_routing_v2":
+        return dict(x=torch.randn(4, 3), expert_idx=_i32(0, 2, 1, 2, 2, 0, 1, 1).view(4, 2), expert_num=3,
+                    expert_tokens_count_or_cumsum_flag=1)
     return dict(permuted_token_output_grad=torch.randn(8, 3), sorted_indices=torch.randperm(8).int(), num_experts=2,
                 tokens_num=4, permuted_probs_output_grad=torch.randn(8), routing_map=torch.ones(4, 2).bool())
 
@@ -65,6 +73,8 @@ def _outputs(function):
         "moe_finalize_routing_v2_grad": dict(gradExpandedXOut=torch.empty(8, 3), gradScalesOut=torch.empty(4, 2)),
         "moe_token_permute_with_routing_map_grad": dict(tokensGradOut=torch.empty(4, 3), probsGradOut=torch.empty(4, 2)),
         "moe_init_routing_v2_grad": dict(out=torch.empty(4, 3)),
+        "moe_init_routing_v2": dict(expandedXOut=torch.empty(8, 3), expandedRowIdxOut=torch.empty(8, dtype=torch.int32),
+                                    expertTokensCountOrCumsumOut=torch.empty(3, dtype=torch.int32)),
     }[function]
 
 
@@ -104,6 +114,7 @@ def _expanded(*sizes, dtype=torch.float32):
 _PERMUTE, _FINALIZE = "moe_token_permute_with_routing_map", "moe_finalize_routing_v2"
 _FINALIZE_GRAD, _PERMUTE_GRAD = "moe_finalize_routing_v2_grad", "moe_token_permute_with_routing_map_grad"
 _INIT_GRAD = "moe_init_routing_v2_grad"
+_INIT = "moe_init_routing_v2"
 
 CASES = [
     # Attributes the Python layer used to size outputs with: the library's rule comes first.
@@ -220,6 +231,20 @@ CASES = [
          ["expertIdx (required with bias) is required but is null"], _outputs(_FINALIZE)),
     Case("drop_and_pad without num_out_tokens", _PERMUTE, dict(drop_and_pad=True), ValueError,
          ["num_out_tokens is required with drop_and_pad"]),
+    # MoeInitRoutingV2: attributes before shapes, the outputs from the query.
+    Case("expert_tokens_count_or_cumsum_flag 3", _INIT, dict(expert_tokens_count_or_cumsum_flag=3), ValueError,
+         ["expertTokensCountOrCumsumFlag = 3 must be 0 (none), 1 (cumsum) or 2 (count)"], _outputs(_INIT)),
+    Case("expert_num 0 with the cumsum", _INIT, dict(expert_num=0), ValueError,
+         ["expertNum = 0 must be > 0 for expertTokensCountOrCumsumFlag 1"], _outputs(_INIT)),
+    Case("active_num -1", _INIT, dict(active_num=-1), ValueError, ["activeNum = -1 must be >= 0"], _outputs(_INIT)),
+    Case("expert_idx of 5 rows", _INIT, dict(expert_idx=torch.zeros(5, 2, dtype=torch.int32)), ValueError,
+         ["expertIdx has shape (5, 2) but x has 4 rows"], _outputs(_INIT)),
+    Case("int64 expert_idx", _INIT, dict(expert_idx=torch.zeros(4, 2, dtype=torch.int64)), ValueError,
+         ["expertIdx has dtype INT64 but must be INT32"], _outputs(_INIT)),
+    Case("E*C past INT32", _INIT, dict(drop_pad_mode=1, expert_num=2**16, expert_capacity=2**15), ValueError,
+         ["expertNum*expertCapacity = 65536*32768 rows do not fit INT32 expandedRowIdx"]),
+    Case("expert_tokens_before_capacity_flag 2", _INIT, dict(expert_tokens_before_capacity_flag=2), ValueError,
+         ["expertTokensBeforeCapacityFlag = 2 must be a bool"]),
 ]
 
 # None for every required tensor, and a non-tensor (a numpy array, a list, an int) for every tensor, of every

@@ -11,8 +11,9 @@
 namespace moegrad::kernels {
 namespace {
 
-// Pairs per task of the passes over all pairs (expandedRowIdx).
-constexpr int64_t kPairGrain = int64_t{1} << 14;
+// Pairs per task of the passes over the pairs (4 or 8 bytes each): below it a pass runs on one thread, the
+// fork and join costing more than the work.
+constexpr int64_t kPairGrain = int64_t{1} << 16;
 
 int64_t Id(const InitRoutingV2Task& p, int64_t i) { return p.expert_idx.At<const int32_t>(i); }
 
@@ -21,13 +22,19 @@ void BlockRange(const InitRoutingV2Task& p, int64_t b, int64_t* i0, int64_t* i1)
   *i1 = std::min(p.pairs, *i0 + p.block_pairs);
 }
 
+// fn(b0, b1) over the pair blocks [0, blocks), at least kPairGrain pairs per task.
+template <typename Fn>
+void ForEachBlocks(const InitRoutingV2Task& p, const Fn& fn) {
+  internal::ParallelFor(0, p.blocks, internal::CeilDiv(kPairGrain, p.block_pairs), fn);
+}
+
 // One stable counting-sort pass: the pairs `in` (null: 0, 1, ..., P - 1) reordered into `out` by digit(pair) in
 // [0, bins), ties in their order in `in`. With `starts`, starts[d] receives the first position of digit d.
 template <typename Digit>
 void SortPass(const InitRoutingV2Task& p, const InitRoutingV2Scratch& s, int64_t bins, const Digit& digit,
               const int32_t* in, int32_t* out, int64_t* starts) {
   auto pair_at = [&](int64_t i) -> int64_t { return in != nullptr ? in[i] : i; };
-  internal::ParallelFor(0, p.blocks, 1, [&](int64_t b0, int64_t b1) {
+  ForEachBlocks(p, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int64_t* count = s.counts + b * bins;
       std::fill(count, count + bins, int64_t{0});
@@ -47,7 +54,7 @@ void SortPass(const InitRoutingV2Task& p, const InitRoutingV2Scratch& s, int64_t
     }
   }
   if (starts != nullptr) starts[bins] = running;
-  internal::ParallelFor(0, p.blocks, 1, [&](int64_t b0, int64_t b1) {
+  ForEachBlocks(p, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int64_t* cursor = s.counts + b * bins;
       int64_t i0, i1;
@@ -94,7 +101,7 @@ void SortPairs(const InitRoutingV2Task& p, const InitRoutingV2Scratch& s) {
 
 void CheckInitRoutingV2Ids(const InitRoutingV2Task& p, const InitRoutingV2Scratch& s) {
   const int64_t hi = p.experts > 0 ? p.experts : int64_t{1} << 31;
-  internal::ParallelFor(0, p.blocks, 1, [&](int64_t b0, int64_t b1) {
+  ForEachBlocks(p, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int64_t i0, i1;
       BlockRange(p, b, &i0, &i1);
