@@ -185,6 +185,8 @@ def _finalize_grad(grad_y, expanded_row_idx, expanded_x=None, scales=None, exper
 def _init_routing_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode=0, active_num=0):
     return _run("init_routing_v2_grad", dict(gradExpandedX=grad_expanded_x, expandedRowIdx=expanded_row_idx),
                 dict(topK=top_k, dropPadMode=drop_pad_mode, activeNum=active_num))["out"]
+
+
 def _init_routing(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
                   expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False):
     out = _run("init_routing_v2", dict(x=x, expertIdx=expert_idx),
@@ -344,17 +346,37 @@ def _finalize_grad_autograd(grad_y, expanded_row_idx, expanded_x=None, scales=No
                                results, (grad_y, expanded_x, scales, bias))
 
 
+class _InitRoutingFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode, flag, before_flag):
+        expanded_x, row_idx, counts, before = _init_routing(x, expert_idx, active_num, expert_capacity, expert_num,
+                                                            drop_pad_mode, flag, before_flag)
+        ctx.mark_non_differentiable(*[t for t in (row_idx, counts, before) if t is not None])
+        ctx.save_for_backward(row_idx)
+        ctx.shape = (x.shape[0], expert_idx.shape[1], x.shape[1])
+        ctx.dtype = x.dtype
+        ctx.attrs = (int(drop_pad_mode), int(active_num))
+        return expanded_x, row_idx, counts, before
+
+    @staticmethod
+    def backward(ctx, grad_expanded_x, *_grad_indices):
+        (row_idx,) = ctx.saved_tensors
+        tokens, topk, hidden = ctx.shape
+        mode, active_num = ctx.attrs
+        with torch.no_grad():
+            if grad_expanded_x is None or topk == 0:  # no row of x was copied (K = 0): the gradient is 0
+                grad_x = torch.zeros((tokens, hidden), dtype=ctx.dtype)
+            else:
+                grad_x = _init_routing_grad(grad_expanded_x, row_idx, topk, mode, active_num)
+        (grad_x,) = _not_differentiable(_double_backward_message("init_routing_v2_grad", "moe_init_routing_v2"),
+                                        (grad_x,), (grad_expanded_x,))
+        return grad_x, None, None, None, None, None, None, None
+
+
 def _init_routing_autograd(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
                            expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False):
-    expanded_x, row_idx, counts, before = _init_routing(x, expert_idx, active_num, expert_capacity, expert_num,
-                                                        drop_pad_mode, expert_tokens_count_or_cumsum_flag,
-                                                        expert_tokens_before_capacity_flag)
-    # Until MoeInitRoutingV2Grad is wired in, a backward through expanded_x fails with one line instead of
-    # treating x as a constant; the index outputs are integers, never differentiable.
-    (expanded_x,) = _not_differentiable(
-        f"{_op('init_routing_v2')}: moe_init_routing_v2 is not differentiable yet (its gradient operator "
-        "MoeInitRoutingV2Grad is not wired in)", (expanded_x,), (x,))
-    return expanded_x, row_idx, counts, before
+    return _InitRoutingFunction.apply(x, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode,
+                                      expert_tokens_count_or_cumsum_flag, expert_tokens_before_capacity_flag)
 
 
 def _permute_grad_autograd(permuted_token_output_grad, sorted_indices, num_experts, tokens_num, drop_and_pad=False,
@@ -518,8 +540,8 @@ def moe_init_routing_v2(x, expert_idx, active_num=0, expert_capacity=0, expert_n
     expert_tokens_before_capacity (E) INT32 or None). drop_pad_mode 0: expanded_x (A, H), A = min(active_num,
     N*K) when active_num > 0 else N*K; the cumsum (flag 1) or count (flag 2) of every expert's pairs. 1:
     expanded_x (E, C, H) with C = expert_capacity, pairs past C dropped (-1), empty rows +0; the counts before
-    capacity with expert_tokens_before_capacity_flag. Not differentiable yet: a backward through expanded_x
-    raises RuntimeError (MoeInitRoutingV2Grad is not wired in).
+    capacity with expert_tokens_before_capacity_flag. Differentiable in x (MoeInitRoutingV2Grad), once; the
+    index and count outputs are not differentiable.
     """
     a = _check("init_routing_v2", dict(x=x, expertIdx=expert_idx),
                dict(activeNum=active_num, expertCapacity=expert_capacity, expertNum=expert_num,

@@ -1,11 +1,12 @@
 """moe_init_routing_v2: values against a plain PyTorch reference (a stable sort of the pairs by expert), in every
 mode and flag, dtypes, layouts, empty batches; torch.ops registration; what its index output feeds downstream;
-and that it is not differentiable yet."""
+its backward (MoeInitRoutingV2Grad) against autograd of the reference; and the whole V2 pipeline (dispatch,
+per-expert transform, combine, and back) against autograd of a plain PyTorch MoE layer."""
 import pytest
 import torch
 
 import moegrad.torch as mt
-from reference import finalize_ref, init_routing_ref, make_view
+from reference import assert_close, finalize_ref, init_routing_ref, leaf64, make_view
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
@@ -117,18 +118,147 @@ def test_expanded_row_idx_feeds_the_combine(mode):
 
 
 @pytest.mark.parametrize("through_ops", [True, False])
-def test_not_differentiable_yet(monkeypatch, through_ops):
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode,active_num,capacity", [(0, 0, 0), (0, 25, 0), (0, 500, 0), (1, 0, 2), (1, 0, 40)])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_backward(monkeypatch, through_ops, dtype, mode, active_num, capacity, layout):
+    """x.grad is MoeInitRoutingV2Grad of the saved expanded_row_idx, bit for bit, and matches autograd of the
+    plain PyTorch reference (float64, then one rounding); the index outputs are not differentiable."""
     if not through_ops:
         monkeypatch.setattr(mt, "_ENTRY", {name: auto for name, (_cpu, auto) in mt._KERNELS.items()})
-    x = torch.randn(6, 3, requires_grad=True)
-    ex, row, _, _ = mt.moe_init_routing_v2(x, topk_experts(6, 4, 2))
+    tokens, hidden, experts, topk = 19, 12, 6, 3
+    x = make_view(torch.randn(tokens, hidden).to(dtype), layout).requires_grad_(True)
+    idx = torch.randint(0, experts, (tokens, topk), dtype=torch.int32)  # repeats and empty experts
+    attrs = dict(active_num=active_num, expert_capacity=capacity, expert_num=experts, drop_pad_mode=mode,
+                 expert_tokens_count_or_cumsum_flag=2 if mode == 0 else 0, expert_tokens_before_capacity_flag=mode == 1)
+    ex, row, counts, before = mt.moe_init_routing_v2(x, idx, **attrs)
     assert ex.requires_grad and not row.requires_grad
+    assert not (counts if mode == 0 else before).requires_grad
+    g = make_view(torch.randn(ex.shape).to(dtype), layout)
+    ex.backward(g)
+    assert x.grad.dtype == dtype and x.grad.shape == x.shape
+    want_bits = mt.moe_init_routing_v2_grad(g, row, topk, drop_pad_mode=mode, active_num=active_num)
+    assert_same(x.grad, want_bits, "x.grad vs the grad operator")
+
+    x64 = leaf64(x)
+    ex64 = init_routing_ref(x64, idx, active_num, capacity, experts, mode)[0]
+    (want,) = torch.autograd.grad(ex64, x64, g.double())
+    assert_close(x.grad, want, dtype, "x.grad")
+
+
+def test_backward_without_slots_and_twice():
+    x = torch.randn(5, 4, requires_grad=True)
+    ex, _, _, _ = mt.moe_init_routing_v2(x, torch.zeros(5, 0, dtype=torch.int32))  # K = 0: nothing copied
+    assert ex.shape == (0, 4)
+    ex.sum().backward()
+    assert torch.equal(x.grad, torch.zeros(5, 4))
+    x.grad = None
+    ex, _, _, _ = mt.moe_init_routing_v2(x, topk_experts(5, 4, 2))
+    (gx,) = torch.autograd.grad(ex, x, torch.randn(ex.shape, requires_grad=True), create_graph=True)
     with pytest.raises(RuntimeError) as info:
-        ex.sum().backward()
-    assert str(info.value) == ("MoeInitRoutingV2: moe_init_routing_v2 is not differentiable yet (its gradient "
-                               "operator MoeInitRoutingV2Grad is not wired in)")
-    ex, _, _, _ = mt.moe_init_routing_v2(x.detach(), topk_experts(6, 4, 2))
+        gx.sum().backward()
+    assert str(info.value) == ("MoeInitRoutingV2Grad: the gradients of moe_init_routing_v2 are not differentiable "
+                               "(double backward is not supported)")
+    ex, _, _, _ = mt.moe_init_routing_v2(x.detach(), topk_experts(5, 4, 2))
     assert not ex.requires_grad and ex.grad_fn is None
+
+
+def moe_layer_reference(x, weights, scales, expert_idx, capacity):
+    """A plain MoE layer: out[n] = sum_k scales[n, k] * (x[n] @ weights[e]) over token n's pairs (n, k) with
+    e = expert_idx[n, k]; with a capacity, only the first `capacity` pairs of each expert in token-major order."""
+    tokens, topk = expert_idx.shape
+    out = torch.zeros_like(x)
+    seen = [0] * weights.shape[0]
+    rows = []
+    for n in range(tokens):
+        terms = []
+        for k in range(topk):
+            e = int(expert_idx[n, k])
+            seen[e] += 1
+            if capacity == 0 or seen[e] <= capacity:
+                terms.append(scales[n, k] * (x[n] @ weights[e]))
+        rows.append(sum(terms) if terms else torch.zeros_like(x[n]))
+    return torch.stack(rows) if rows else out
+
+
+def moe_layer_moegrad(x, weights, scales, expert_idx, capacity):
+    """The same layer on moegrad: MoeInitRoutingV2 (dropless with per-expert counts, or drop/pad (E, C, H)), the
+    experts as torch matmuls over each expert's rows, MoeFinalizeRoutingV2 mode 2 / 3 on expanded_row_idx."""
+    experts = weights.shape[0]
+    mode = 1 if capacity > 0 else 0
+    ex, row, count, _ = mt.moe_init_routing_v2(x, expert_idx, expert_capacity=capacity, expert_num=experts,
+                                               drop_pad_mode=mode, expert_tokens_count_or_cumsum_flag=2 - 2 * mode)
+    if mode == 1:
+        y = torch.bmm(ex, weights)  # (E, C, H): the +0 rows stay 0 and no pair reads them
+    else:
+        y = torch.cat([part @ weights[e] for e, part in enumerate(ex.split(count.tolist()))])
+    return mt.moe_finalize_routing_v2(y, row, scales=scales, drop_pad_mode=2 + mode)
+
+
+@pytest.mark.parametrize("tokens_dtype,weights_dtype", [(torch.float32, torch.float32),
+                                                        (torch.bfloat16, torch.float32)])
+@pytest.mark.parametrize("capacity", [0, 3, 50])
+def test_pipeline_matches_autograd_of_a_plain_moe_layer(tokens_dtype, weights_dtype, capacity):
+    """InitRoutingV2 -> per-expert transform -> FinalizeRoutingV2 (mode 2 / 3) forward, and its backward
+    (FinalizeRoutingV2Grad mode 0 / 1 -> MoeInitRoutingV2Grad), against autograd of the plain layer in float64:
+    the output and the gradients of x, the routing scales and the expert weights."""
+    tokens, hidden, experts, topk = 23, 16, 5, 2
+    logits = torch.randn(tokens, experts)
+    scales_f, expert_idx = logits.softmax(-1).topk(topk, dim=-1)
+    expert_idx = expert_idx.int()
+    x = torch.randn(tokens, hidden).to(tokens_dtype).requires_grad_(True)
+    weights = (torch.randn(experts, hidden, hidden) / hidden ** 0.5).to(tokens_dtype).requires_grad_(True)
+    scales = scales_f.to(weights_dtype).requires_grad_(True)
+    out = moe_layer_moegrad(x, weights, scales, expert_idx, capacity)
+    assert out.dtype == tokens_dtype
+    g = torch.randn(tokens, hidden).to(tokens_dtype)
+    out.backward(g)
+
+    x64, w64, s64 = leaf64(x), leaf64(weights), leaf64(scales)
+    want = moe_layer_reference(x64, w64, s64, expert_idx, capacity)
+    want.backward(g.double())
+    # bf16 tokens: the experts' matmuls round too, to bf16 (a few roundings on the way, not one).
+    loose = tokens_dtype == torch.bfloat16
+    check = (lambda a, b, what: torch.testing.assert_close(a.double(), b.double(), rtol=2 ** -5, atol=2 ** -5,
+                                                           msg=lambda m: f"{what}: {m}")) if loose else \
+        (lambda a, b, what: assert_close(a, b, torch.float32, what))
+    check(out, want, "out")
+    check(x.grad, x64.grad, "x.grad")
+    check(weights.grad, w64.grad, "weights.grad")
+    check(scales.grad, s64.grad, "scales.grad")
+    assert scales.grad.dtype == weights_dtype and x.grad.dtype == tokens_dtype
+
+
+def test_pipeline_backward_with_active_num():
+    """Dropless with activeNum A < N*K: only the first A sorted pairs are materialized. The backward chain
+    MoeFinalizeRoutingV2Grad (mode 0, same activeNum) -> per-expert transform backward -> MoeInitRoutingV2Grad
+    (same activeNum) gives autograd's gradients of the layer whose combine skips the other pairs."""
+    tokens, hidden, experts, topk, active = 17, 8, 4, 3, 30
+    expert_idx = topk_experts(tokens, experts, topk)
+    x = torch.randn(tokens, hidden, requires_grad=True)
+    weights = torch.randn(experts, hidden, hidden, requires_grad=True)
+    scales = torch.rand(tokens, topk, requires_grad=True)
+    ex, row, cumsum, _ = mt.moe_init_routing_v2(x, expert_idx, active_num=active, expert_num=experts,
+                                                expert_tokens_count_or_cumsum_flag=1)
+    assert ex.shape == (active, hidden)
+    # Rows of expert e: [cumsum[e-1], cumsum[e]) clipped to A.
+    bounds = [0] + [min(int(c), active) for c in cumsum]
+    y = torch.cat([ex[bounds[e]:bounds[e + 1]] @ weights[e] for e in range(experts)])
+    g = torch.randn(tokens, hidden)
+    grad_y_rows, grad_scales = mt.moe_finalize_routing_v2_grad(g, row, expanded_x=y.detach(), scales=scales.detach(),
+                                                               drop_pad_mode=0, active_num=active)
+    (grad_ex,) = torch.autograd.grad(y, ex, grad_y_rows, retain_graph=True)
+    grad_x = mt.moe_init_routing_v2_grad(grad_ex, row, topk, drop_pad_mode=0, active_num=active)
+    (grad_w,) = torch.autograd.grad(y, weights, grad_y_rows)
+
+    x64, w64, s64 = leaf64(x), leaf64(weights), leaf64(scales)
+    kept = (row.long() < active).reshape(tokens, topk).double()
+    per_pair = torch.einsum("nh,nkhj->nkj", x64, w64[expert_idx.long()])
+    want = (s64.unsqueeze(-1) * kept.unsqueeze(-1) * per_pair).sum(1)
+    want.backward(g.double())
+    assert_close(grad_x, x64.grad, torch.float32, "x.grad")
+    assert_close(grad_w, w64.grad, torch.float32, "weights.grad")
+    assert_close(grad_scales, s64.grad, torch.float32, "scales.grad")
 
 
 def test_errors():
