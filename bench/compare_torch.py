@@ -5,6 +5,9 @@ The PyTorch side is what a training framework runs without fused routing kernels
   * dispatch: Megatron-style permute from a (T, E) routing map -- masked_select of token ids and probs
     (dropless) or a stable descending argsort per expert cut to the capacity (drop-and-pad), then
     index_select of the token rows;
+  * V2 dispatch (MoeInitRoutingV2): a stable sort of the token-major pairs by expert, then index_select of
+    the token rows (dropless, the first activeNum rows with active truncation) or index_copy into a zeroed
+    (E*C, H) tensor of the pairs under the capacity (drop-and-pad); its backward is autograd's index_add;
   * combine: the formula MoeFinalizeRoutingV2 computes -- index_select of the expert-output rows named by
     expandedRowIdx (dropped rows masked to zero), plus the gathered expert bias, weighted by the routing
     scales and summed over the top-k (the pattern of Megatron's unpermute).
@@ -20,7 +23,7 @@ their gradients), so the PyTorch side multiplies bf16 rows by fp32 weights (type
 rounds the combined output to bf16, as Megatron's unpermute does with fp32 probabilities.
 
   /usr/bin/python3 bench/compare_torch.py [--preset deepseek-v3] [--tokens N] [--dtype bf16|f16|f32|bf16+f32|all]
-                                          [--moegrad build/tools/moegrad] [--json out.json]
+                                          [--op NAME] [--moegrad build/tools/moegrad] [--json out.json]
 """
 import argparse
 import glob
@@ -114,6 +117,25 @@ def permute(tokens, routing_map, probs, num_out_tokens, drop_and_pad):
     return tokens.index_select(0, sorted_indices), permuted_probs
 
 
+def init_routing(x, experts, E, capacity, active_num):
+    """MoeInitRoutingV2 in plain PyTorch: expanded_x and expandedRowIdx from token-major pairs sorted stably by
+    expert (dropless, the first active_num rows when 0 < active_num < N*K), or the rows under the capacity
+    placed at e*C + rank into zeros (drop-and-pad)."""
+    K = experts.shape[1]
+    flat = experts.reshape(-1)
+    order = torch.sort(flat, stable=True).indices
+    row_idx = init_routing_row_idx(experts, E, capacity)
+    token = order // K
+    if capacity == 0:
+        if 0 < active_num < flat.numel():
+            token = token[:active_num]
+        return x.index_select(0, token), row_idx
+    kept = row_idx >= 0
+    out = torch.zeros(E * capacity, x.shape[1], dtype=x.dtype)
+    out = out.index_copy(0, row_idx[kept], x.index_select(0, torch.arange(flat.numel())[kept] // K))
+    return out, row_idx
+
+
 # ----- one benchmark row each -------------------------------------------------------------------------------
 
 def finalize_case(shape, dtypes, drop_pad, with_bias, backward, gen):
@@ -158,6 +180,24 @@ def permute_case(shape, dtypes, drop_and_pad, backward, gen):
                                        retain_graph=True)
 
 
+def init_routing_case(shape, dtypes, drop_pad, half_active, backward, gen):
+    T, H, E, K, C = shape
+    dtype, _ = dtypes
+    experts, _ = random_routing(T, E, K, gen)
+    x = torch.rand(T, H, generator=gen).to(dtype)
+    active = max(1, T * K // 2) if half_active else 0
+    capacity = C if drop_pad else 0
+    if not backward:
+        def forward():
+            with torch.no_grad():
+                init_routing(x, experts, E, capacity, active)
+        return forward
+    x.requires_grad_()
+    out, _ = init_routing(x, experts, E, capacity, active)
+    grad = torch.rand(out.shape, generator=gen).to(dtype)
+    return lambda: torch.autograd.grad(out, x, grad, retain_graph=True)
+
+
 # moegrad bench rows (key, mode) -> (what PyTorch runs, its case builder)
 TORCH_ROWS = {
     ("finalize-routing-v2-grad", "dropless scales+bias"):
@@ -176,6 +216,18 @@ TORCH_ROWS = {
         ("permute forward", lambda s, d, g: permute_case(s, d, False, False, g)),
     ("token-permute-with-routing-map", "drop-pad probs"):
         ("permute forward", lambda s, d, g: permute_case(s, d, True, False, g)),
+    ("init-routing-v2", "dropless cumsum"):
+        ("sort + index_select", lambda s, d, g: init_routing_case(s, d, False, False, False, g)),
+    ("init-routing-v2", "dropless active-half cumsum"):
+        ("sort + index_select", lambda s, d, g: init_routing_case(s, d, False, True, False, g)),
+    ("init-routing-v2", "drop-pad before-capacity"):
+        ("sort + index_copy", lambda s, d, g: init_routing_case(s, d, True, False, False, g)),
+    ("init-routing-v2-grad", "dropless"):
+        ("dispatch backward", lambda s, d, g: init_routing_case(s, d, False, False, True, g)),
+    ("init-routing-v2-grad", "dropless active=N*K/2"):
+        ("dispatch backward", lambda s, d, g: init_routing_case(s, d, False, True, True, g)),
+    ("init-routing-v2-grad", "drop-pad"):
+        ("dispatch backward", lambda s, d, g: init_routing_case(s, d, True, False, True, g)),
 }
 
 
@@ -198,6 +250,7 @@ def main():
     ap.add_argument("--dtype", default="bf16", choices=["f32", "f16", "bf16", "bf16+f32", "all"],
                     help="bf16+f32: bf16 tokens with fp32 routing weights")
     ap.add_argument("--moegrad", default=None, help="the moegrad tool (default: the newest build*/tools/moegrad)")
+    ap.add_argument("--op", default="all", help="one operator (moegrad bench's --op names), default all")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json", default=None, help="also write the rows here")
     args = ap.parse_args()
@@ -207,7 +260,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "moegrad.json")
         cmd = [tool, "bench", "--preset", args.preset, "--dtype", args.dtype, "--threads", str(args.threads),
-               "--json", out]
+               "--op", args.op, "--json", out]
         if args.tokens:
             cmd += ["--tokens", str(args.tokens)]
         print("running:", " ".join(cmd), file=sys.stderr)

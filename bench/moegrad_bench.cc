@@ -120,6 +120,7 @@ void RegisterAll() {
       shape.capacity = DefaultCapacity(tokens, preset.experts, preset.topk);
       for (const BenchRow& row : BenchRows()) {
         for (const Precision& precision : precisions) {
+          if (!row.weights && precision.weights != precision.tokens) continue;  // no routing weights: bf16 again
           const std::string name = Sanitize(std::string(row.key) + "/" + row.mode + "/" +
                                             PrecisionName(precision.tokens, precision.weights) + "/" + preset.name +
                                             "/T:" + std::to_string(tokens));

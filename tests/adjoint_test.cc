@@ -6,6 +6,8 @@
 //                              adjoint of forward mode 2 / 3; forward modes 0 / 1 (expert-major pairs) use it
 //                              with the index reordered to token-major.
 //   MoeTokenPermuteWithRoutingMapGrad: <P(tokens), g> = <tokens, P^T g>, <permutedProbs, gp> = <probs, probsGrad>.
+//   MoeInitRoutingV2Grad:      <I(x), g> = <x, I^T g> with the forward's expandedRowIdx and the same dropPadMode
+//                              and activeNum (active truncation, drops past capacity, the +0 rows of drop/pad).
 // Tolerances follow from the dtype: every output element is one fp32 sum of at most M terms rounded once (to its
 // own tensor's dtype), so each side of an identity is off by at most (eps(dtype) + (M + 1) * 2^-23) * sum |terms|.
 #include <gtest/gtest.h>
@@ -269,6 +271,75 @@ TEST(Adjoint, TokenPermuteWithRoutingMapEveryModeAndDType) {
   }
   CheckTokenPermuteWithRoutingMapAdjoint(false, 5, 4, 1, 1, 0, DType::kInt8, {DType::kFloat16, DType::kFloat16},
                                          Layout::kContiguous, seed++);
+}
+
+// --- the V2 dispatch ----------------------------------------------------------------------------------------
+struct InitRoutingV2Setup {
+  int64_t mode, N, K, H, E, C, active;
+  bool distinct;  // K distinct experts per token (a top-k routing), else any ids in [0, E) with repeats
+  Layout layout;
+  uint64_t seed;
+};
+
+void CheckInitRoutingV2Adjoint(const InitRoutingV2Setup& s, DType dt) {
+  SCOPED_TRACE(::testing::Message() << DTypeName(dt) << " mode " << s.mode << " N=" << s.N << " K=" << s.K
+                                    << " H=" << s.H << " E=" << s.E << " C=" << s.C << " activeNum=" << s.active
+                                    << " distinct=" << s.distinct << " layout=" << LayoutName(s.layout)
+                                    << " seed=" << s.seed);
+  std::mt19937_64 rng(s.seed);
+  const int64_t L = s.N * s.K;
+  const int64_t rows = s.mode == 1 ? s.E * s.C : (s.active > 0 && s.active < L ? s.active : L);
+  const std::vector<int64_t> rows_shape = s.mode == 1 ? std::vector<int64_t>{s.E, s.C, s.H}
+                                                      : std::vector<int64_t>{rows, s.H};
+  TestTensor x(dt, {s.N, s.H}, s.layout, 1), idx(DType::kInt32, {s.N, s.K}, s.layout, 2);
+  TestTensor expanded(dt, rows_shape, s.layout, 3), row_idx(DType::kInt32, {L}, s.layout, 4);
+  TestTensor g(dt, rows_shape, s.layout, 5), out(dt, {s.N, s.H}, s.layout, 6);
+  x.FillUniform(rng);
+  g.FillUniform(rng);
+  std::vector<int32_t> experts(static_cast<size_t>(s.E));
+  std::iota(experts.begin(), experts.end(), 0);
+  for (int64_t n = 0; n < s.N; ++n) {
+    std::shuffle(experts.begin(), experts.end(), rng);
+    for (int64_t k = 0; k < s.K; ++k) {
+      idx.SetI(n * s.K + k, s.distinct ? experts[static_cast<size_t>(k)]
+                                       : static_cast<int32_t>(rng() % static_cast<uint64_t>(s.E)));
+    }
+  }
+  // activeNum, expertCapacity, expertNum, dropPadMode, expertTokensCountOrCumsumFlag, before-capacity flag.
+  const TestCall<InitRoutingV2Args> forward{{&x, &idx, &expanded, &row_idx, nullptr, nullptr},
+                                            {s.active, s.C, s.E, s.mode, 0, 0}};
+  Status st = forward.Run(Api::kCpp);
+  ASSERT_TRUE(st.ok()) << st.message();
+  const TestCall<InitRoutingV2GradArgs> backward{{&g, &row_idx, &out}, {s.K, s.mode, s.active}};
+  st = backward.Run(Api::kCpp);
+  ASSERT_TRUE(st.ok()) << st.message();
+
+  // Each out element is one fp32 sum of at most K terms, rounded once; expandedX is a copy (exact).
+  double A = 0;
+  const double lhs = Dot(expanded, g, &A);
+  const double rhs = Dot(x, out);
+  EXPECT_NEAR(lhs, rhs, 2 * Bound(dt, s.K) * A + 1e-30) << "<I(x), g> vs <x, I^T g>";
+}
+
+TEST(Adjoint, InitRoutingV2EveryModeAndDType) {
+  uint64_t seed = 900;
+  for (DType dt : kFloats) {
+    // Dropless: every pair; activeNum below, at and above N*K.
+    for (int64_t active : {0, 5, 21, 40}) {
+      CheckInitRoutingV2Adjoint({0, 7, 3, 37, 5, 0, active, true, Layout::kContiguous, seed++}, dt);
+      CheckInitRoutingV2Adjoint({0, 7, 3, 19, 4, 0, active, false, Layout::kPadded, seed++}, dt);
+    }
+    // Drop/pad: capacity below demand (drops), and above it (+0 rows nothing reads).
+    for (int64_t C : {1, 3, 30}) {
+      CheckInitRoutingV2Adjoint({1, 9, 2, 37, 4, C, 0, true, Layout::kContiguous, seed++}, dt);
+      CheckInitRoutingV2Adjoint({1, 9, 4, 17, 3, C, 7, false, Layout::kTransposed, seed++}, dt);
+    }
+  }
+  // Vector bodies and tails, K = 16, many experts; K = 1; an empty hidden size.
+  CheckInitRoutingV2Adjoint({0, 40, 16, 1031, 64, 0, 0, true, Layout::kContiguous, seed++}, DType::kBFloat16);
+  CheckInitRoutingV2Adjoint({1, 40, 16, 1031, 64, 6, 0, true, Layout::kContiguous, seed++}, DType::kFloat32);
+  CheckInitRoutingV2Adjoint({0, 33, 1, 64, 3, 0, 10, true, Layout::kTransposed, seed++}, DType::kFloat16);
+  CheckInitRoutingV2Adjoint({1, 5, 2, 0, 3, 2, 0, false, Layout::kContiguous, seed++}, DType::kFloat32);
 }
 
 }  // namespace

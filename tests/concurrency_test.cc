@@ -48,7 +48,7 @@ using testing::TestTensor;
 constexpr int kThreads = 4;
 constexpr int kRounds = 3;
 enum Op { kFinalizeRoutingV2Grad, kFinalizeRoutingV2, kTokenPermuteWithRoutingMap, kTokenPermuteWithRoutingMapGrad,
-          kNumOps };
+          kInitRoutingV2, kInitRoutingV2Grad, kNumOps };
 
 std::vector<int32_t> Permutation(int64_t n, std::mt19937_64& rng) {
   std::vector<int32_t> p(static_cast<size_t>(n));
@@ -57,7 +57,7 @@ std::vector<int32_t> Permutation(int64_t n, std::mt19937_64& rng) {
   return p;
 }
 
-// One thread's tensors for all four operators: sizes, dtype and layout differ from thread to thread.
+// One thread's tensors for every operator: sizes, dtype and layout differ from thread to thread.
 struct Workload {
   int64_t R, K, H, E;
   DType dt;
@@ -70,11 +70,18 @@ struct Workload {
   TestTensor pf_tokens, pf_map, pf_probs, pf_out, pf_out_probs, pf_sorted;
   // MoeTokenPermuteWithRoutingMapGrad, dropless with probs.
   TestTensor pg_grad, pg_probs, pg_sorted, pg_map, pg_tokens_grad, pg_probs_grad;
-  // The four calls over those tensors (which they point to: a Workload stays where it was made).
+  // MoeInitRoutingV2: dropless with activeNum and the cumsum (even seeds), or drop/pad with the counts before
+  // capacity (odd seeds).
+  TestTensor ir_x, ir_idx, ir_out, ir_row_idx, ir_counts;
+  // MoeInitRoutingV2Grad, dropPadMode 0 with activeNum R*K - R/2 (the pairs reading rows past it skipped).
+  TestTensor ig_grad, ig_idx, ig_out;
+  // The calls over those tensors (which they point to: a Workload stays where it was made).
   TestCall<FinalizeRoutingV2GradArgs> finalize_routing_v2_grad;
   TestCall<FinalizeRoutingV2Args> finalize_routing_v2;
   TestCall<TokenPermuteWithRoutingMapArgs> token_permute_with_routing_map;
   TestCall<TokenPermuteWithRoutingMapGradArgs> token_permute_with_routing_map_grad;
+  TestCall<InitRoutingV2Args> init_routing_v2;
+  TestCall<InitRoutingV2GradArgs> init_routing_v2_grad;
 
   explicit Workload(int seed)
       : R(80 + 24 * seed), K(1 + seed % 4), H(384 + 40 * seed + seed % 3), E(8 + 4 * seed),
@@ -133,6 +140,10 @@ struct Workload {
     pg_tokens_grad = out(dt, {R, H});
     pg_probs_grad = out(dt, {R, E});
 
+    ig_grad = f({R * K - R / 2, H});
+    ig_idx = i32({R * K}, Permutation(R * K, rng));
+    ig_out = out(dt, {R, H});
+
     finalize_routing_v2_grad.tensors = {&fg_grad_y, &fg_idx, &fg_x, &fg_scales, &fg_expert, &fg_bias, &fg_gx, &fg_gs};
     finalize_routing_v2.tensors = {&ff_x, &ff_idx, &ff_x1, nullptr, &ff_bias, &ff_scales, &ff_expert, &ff_out};
     finalize_routing_v2.attrs = {2};  // dropPadMode
@@ -141,6 +152,20 @@ struct Workload {
     token_permute_with_routing_map_grad.tensors = {&pg_grad,   &pg_probs,       &pg_sorted,
                                                    &pg_map,    &pg_tokens_grad, &pg_probs_grad};
     token_permute_with_routing_map_grad.attrs = {E, R, false};  // numExperts, tokensNum, dropAndPad
+
+    const bool drop_pad = seed % 2 == 1;
+    const int64_t capacity = R * K / E, active = R * K - 3;
+    ir_x = f({R, H});
+    ir_idx = i32({R, K}, experts);
+    ir_out = drop_pad ? out(dt, {E, capacity, H}) : out(dt, {active, H});
+    ir_row_idx = out(DType::kInt32, {R * K});
+    ir_counts = out(DType::kInt32, {E});
+    init_routing_v2.tensors = {&ir_x, &ir_idx, &ir_out, &ir_row_idx, drop_pad ? nullptr : &ir_counts,
+                               drop_pad ? &ir_counts : nullptr};
+    // activeNum, expertCapacity, expertNum, dropPadMode, expertTokensCountOrCumsumFlag, before-capacity flag
+    init_routing_v2.attrs = {active, drop_pad ? capacity : 0, E, drop_pad ? 1 : 0, 1, drop_pad};
+    init_routing_v2_grad.tensors = {&ig_grad, &ig_idx, &ig_out};
+    init_routing_v2_grad.attrs = {K, 0, R * K - R / 2};  // topK, dropPadMode, activeNum
   }
   Workload(const Workload&) = delete;
   Workload& operator=(const Workload&) = delete;
@@ -152,7 +177,9 @@ struct Workload {
       case kFinalizeRoutingV2Grad: return fn(finalize_routing_v2_grad);
       case kFinalizeRoutingV2: return fn(finalize_routing_v2);
       case kTokenPermuteWithRoutingMap: return fn(token_permute_with_routing_map);
-      default: return fn(token_permute_with_routing_map_grad);
+      case kTokenPermuteWithRoutingMapGrad: return fn(token_permute_with_routing_map_grad);
+      case kInitRoutingV2Grad: return fn(init_routing_v2_grad);
+      default: return fn(init_routing_v2);
     }
   }
 

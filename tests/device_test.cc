@@ -103,6 +103,8 @@ TEST(Device, UnsupportedDeviceFailsCleanlyInEveryOperator) {
   CheckOperator(TokenPermuteWithRoutingMapGradCall());
   CheckOperator(FinalizeRoutingV2Call());
   CheckOperator(TokenPermuteWithRoutingMapCall());
+  CheckOperator(InitRoutingV2Call());
+  CheckOperator(InitRoutingV2GradCall());
 }
 
 TEST(Device, StatusIsNotInvalidArgument) {

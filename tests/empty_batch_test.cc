@@ -2,8 +2,8 @@
 // operator, through the C++ API (one call and plan) and aclnn: a combination the optional-argument rules allow
 // succeeds and writes every non-empty output (zeros), K coming from scales, else expertIdx, else 0; one they
 // forbid fails with the rule's NULLPTR status. MoeTokenPermuteWithRoutingMapGrad takes tokensNum > 0 only, so
-// there every combination is INVALID naming tokensNum. An expert-parallel rank that receives no tokens runs
-// the same code as the others.
+// there every combination is INVALID naming tokensNum; MoeInitRoutingV2Grad has no optional tensors. An
+// expert-parallel rank that receives no tokens runs the same code as the others.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -44,7 +44,8 @@ void Expect(ValidCall<Args>& v, bool want_ok, StatusCode code, const std::string
       for (size_t i = 0; i < kNumTensors<Args>; ++i) {
         if (!v.tensors[i] || Info::kTensors[i].role != ArgRole::kOutput) continue;
         if (v.tensors[i]->dtype() == DType::kInt32) continue;
-        const bool written = Info::kTensors[i].Written(v.Call().CppArgs());
+        const Args args = v.Call().CppArgs();
+        const bool written = Info::kTensors[i].Written(args);
         for (int64_t e = 0; e < v.tensors[i]->numel(); ++e) {
           if (written) {
             EXPECT_EQ(ElementBits(*v.tensors[i], e), 0u) << Info::kTensors[i].name << "[" << e << "]";
@@ -170,6 +171,54 @@ TEST(EmptyBatch, TokenPermuteWithRoutingMapGradNeedsTokens) {
       Expect(v, false, nullptr_rule ? StatusCode::kNullptr : StatusCode::kInvalid,
              nullptr_rule ? "required with permutedProbsOutputGrad" : "tokensNum = 0 must be > 0",
              std::string(drop_and_pad ? "drop-and-pad" : "dropless") + " mask " + std::to_string(mask));
+    }
+  }
+}
+
+TEST(EmptyBatch, InitRoutingV2EveryOptionalCombination) {
+  constexpr int64_t K = 2, H = 6, E = 3, C = 2;
+  for (const int64_t mode : {0, 1}) {
+    for (const int64_t flag : {0, 1, 2}) {
+      for (const bool before_flag : {false, true}) {
+        for (unsigned mask = 0; mask < 4; ++mask) {
+          ValidCall<InitRoutingV2Args> v;
+          v.Tensor("x", kF32, {0, H}).Tensor("expertIdx", kI32, {0, K}).Tensor("expandedRowIdxOut", kI32, {0});
+          v.Tensor("expandedXOut", kF32, mode == 1 ? std::vector<int64_t>{E, C, H} : std::vector<int64_t>{0, H});
+          v.Tensor("expertTokensCountOrCumsumOut", kI32, {E}).Tensor("expertTokensBeforeCapacityOut", kI32, {E});
+          v.Attr("dropPadMode", mode).Attr("expertNum", E).Attr("expertCapacity", C).Attr("activeNum", 4);
+          v.Attr("expertTokensCountOrCumsumFlag", flag).Attr("expertTokensBeforeCapacityFlag", before_flag);
+          if (!Has(mask, 0)) Remove(v, "expertTokensCountOrCumsumOut");
+          if (!Has(mask, 1)) Remove(v, "expertTokensBeforeCapacityOut");
+          const bool needs_count = mode == 0 && flag != 0, needs_before = mode == 1 && before_flag;
+          const bool allowed = (!needs_count || Has(mask, 0)) && (!needs_before || Has(mask, 1));
+          const std::string what = "mode " + std::to_string(mode) + " flag " + std::to_string(flag) +
+                                   (before_flag ? " before" : "") + " mask " + std::to_string(mask);
+          Expect(v, allowed, StatusCode::kNullptr, needs_count ? "expertTokensCountOrCumsumOut (required with"
+                                                               : "expertTokensBeforeCapacityOut (required with", what);
+          // The counts it writes are all 0.
+          for (const char* name : {"expertTokensCountOrCumsumOut", "expertTokensBeforeCapacityOut"}) {
+            const auto& t = v.tensors.at(TensorIndex<InitRoutingV2Args>(name));
+            const bool written = allowed && t && (std::string(name) == "expertTokensCountOrCumsumOut" ? needs_count
+                                                                                                      : needs_before);
+            for (int64_t e = 0; written && e < E; ++e) EXPECT_EQ(t->GetI(e), 0) << what << " " << name;
+          }
+        }
+      }
+    }
+  }
+}
+
+// No optional tensors: an empty batch (L = 0) is valid in both modes, for any activeNum; mode 1's gradExpandedX
+// keeps its E*C rows (the forward's +0 rows), which nothing reads.
+TEST(EmptyBatch, InitRoutingV2GradWithoutTokens) {
+  constexpr int64_t H = 6;
+  for (const int64_t mode : {0, 1}) {
+    for (const int64_t active : {0, 3}) {
+      ValidCall<InitRoutingV2GradArgs> v;
+      v.Tensor("gradExpandedX", kF32, mode == 1 ? std::vector<int64_t>{3, 2, H} : std::vector<int64_t>{0, H});
+      v.Tensor("expandedRowIdx", kI32, {0}).Tensor("out", kF32, {0, H});
+      v.Attr("topK", 4).Attr("dropPadMode", mode).Attr("activeNum", active);
+      Expect(v, true, StatusCode::kOk, "", "mode " + std::to_string(mode) + " activeNum " + std::to_string(active));
     }
   }
 }

@@ -109,5 +109,54 @@ TEST(GradStreamingStores, TokenPermuteWithRoutingMapGradDropAndPad) {
   CheckTokenPermuteWithRoutingMapGrad(DType::kFloat16, true, 14);
 }
 
+// Init-routing grad: out of N = 2048 rows (8.4 MB in 16-bit types). Mode 0 with activeNum below L (pairs reading
+// rows past it skipped), mode 1 with drops (experts past their capacity), each pair's row as the forward gives it.
+void CheckInitRoutingV2Grad(DType dtype, int64_t mode, uint64_t seed) {
+  SCOPED_TRACE(std::string(DTypeName(dtype)) + " dropPadMode " + std::to_string(mode));
+  const int64_t N = 2048, K = 2, E = 16, C = 200, L = N * K, active = L - 500;
+  std::mt19937_64 rng(seed);
+  TestTensor grad = mode == 1 ? TestTensor(dtype, {E, C, kHidden}, testing::Layout::kContiguous, seed)
+                              : TestTensor(dtype, {active, kHidden}, testing::Layout::kContiguous, seed);
+  grad.FillUniform(rng);
+  TestTensor idx(DType::kInt32, {L}, testing::Layout::kContiguous, seed + 1);
+  std::vector<int64_t> rows(L), taken(E, 0);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  for (int64_t p = 0; p < L; ++p) {
+    const int64_t e = static_cast<int64_t>(rng() % E);
+    idx.SetI(p, mode == 0 ? rows[p] : taken[e] < C ? e * C + taken[e] : -1);
+    ++taken[e];
+  }
+  TestTensor want(dtype, {N, kHidden}, testing::Layout::kContiguous, seed + 2);
+  const TestTensor before = want;
+  auto call = [&](TestTensor& out) {
+    return testing::TestCall<InitRoutingV2GradArgs>{{&grad, &idx, &out}, {K, mode, mode == 0 ? active : 0}};
+  };
+  ref::InitRoutingV2Grad(call(want).CppArgs());
+
+  testing::ForEachThreadCountAndSimdTarget([&](int threads) {
+    const std::string run = std::string(SimdTarget()) + " x " + std::to_string(threads) + " threads";
+    TestTensor out = before;
+    const Status s = call(out).Run(testing::Api::kCpp);
+    ASSERT_TRUE(s.ok()) << s.message() << " " << run;
+    int64_t bad = -1;
+    for (int64_t i = 0; i < out.numel() && bad < 0; ++i) {
+      if (ElementBits(out, i) != ElementBits(want, i)) bad = i;
+    }
+    EXPECT_EQ(bad, -1) << "out element " << bad << " differs from the reference on " << run;
+    EXPECT_TRUE(out.OutsideViewUnchanged(before.Snapshot())) << run;
+  });
+}
+
+TEST(GradStreamingStores, InitRoutingV2GradDroplessWithActiveNum) {
+  CheckInitRoutingV2Grad(DType::kFloat32, 0, 21);
+  CheckInitRoutingV2Grad(DType::kBFloat16, 0, 22);
+}
+
+TEST(GradStreamingStores, InitRoutingV2GradDropPad) {
+  CheckInitRoutingV2Grad(DType::kFloat32, 1, 23);
+  CheckInitRoutingV2Grad(DType::kFloat16, 1, 24);
+}
+
 }  // namespace
 }  // namespace moegrad

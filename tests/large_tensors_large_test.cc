@@ -1,10 +1,12 @@
-// Tensors past 2^31 elements (320000 x 7168 BFLOAT16, 4.6 GB each) through both gradient operators: element
+// Tensors past 2^31 elements (320000 x 7168 BFLOAT16, 4.6 GB each) through the gradient operators and
+// MoeInitRoutingV2: element
 // offsets must be 64-bit everywhere. Each case holds at most two such tensors (about 9.2 GB) and frees them
 // before the next; broadcast (stride-0) inputs stand in for a third. Values are checked on sampled rows, on
 // the rows around element 2^31 and on the last rows, against the formulas evaluated here directly.
 // Label "large": not part of the default test run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +16,8 @@
 #include <vector>
 
 #include "acl/acl.h"
+#include "aclnnop/aclnn_moe_init_routing_v2.h"
+#include "aclnnop/aclnn_moe_init_routing_v2_grad.h"
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
 #include "moegrad/ops.hpp"
 #include "src/testing/float16.h"
@@ -231,6 +235,159 @@ TEST(LargeTensors, TokenPermuteWithRoutingMapGradDropAndPadBroadcastInput) {
     for (int64_t j = 0; j < kH; ++j) {
       ASSERT_EQ(tokens_grad->data[t * kH + j], BF16BitsFromF32(Bf(g_row[j]) + Bf(g_row[j])))
           << "tokensGrad[" << t << "][" << j << "]";
+    }
+  }
+}
+
+// Mode 0, K = 1, through aclnn: out[n] = gradExpandedX[expandedRowIdx[n]], a permutation of the rows.
+TEST(LargeTensors, InitRoutingV2GradDroplessThroughAclnn) {
+  const int64_t N = kRows;
+  auto grad = std::make_unique<Bf16Buffer>(N * kH);
+  auto out = std::make_unique<Bf16Buffer>(N * kH);
+  ASSERT_TRUE(grad->data && out->data) << "needs about 9.2 GB of memory";
+  FillPattern(grad->data, N * kH, 11);
+  std::vector<int32_t> idx(N);
+  for (int64_t n = 0; n < N; ++n) idx[n] = static_cast<int32_t>((n * 7919) % N);
+  auto g = MakeAcl({N, kH}, {kH, 1}, ACL_BF16, N * kH, grad->data);
+  auto ri = MakeAcl({N}, {1}, ACL_INT32, N, idx.data());
+  auto o = MakeAcl({N, kH}, {kH, 1}, ACL_BF16, N * kH, out->data);
+  ASSERT_TRUE(g && ri && o) << aclGetRecentErrMsg();
+  uint64_t ws_size = 0;
+  aclOpExecutor* executor = nullptr;
+  ASSERT_EQ(aclnnMoeInitRoutingV2GradGetWorkspaceSize(g.get(), ri.get(), 1, 0, 0, o.get(), &ws_size, &executor),
+            ACLNN_SUCCESS)
+      << aclGetRecentErrMsg();
+  void* ws = nullptr;
+  if (ws_size > 0) {
+    ASSERT_EQ(aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+  }
+  ASSERT_EQ(aclnnMoeInitRoutingV2Grad(ws, ws_size, executor, nullptr), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+  if (ws != nullptr) aclrtFree(ws);
+  for (int64_t n : SampleRows(N, kH)) {
+    for (int64_t j = 0; j < kH; ++j) {
+      ASSERT_EQ(out->data[n * kH + j], grad->data[idx[n] * kH + j]) << "out[" << n << "][" << j << "]";
+    }
+  }
+}
+
+// Mode 1 with E = 2 and C = N: token n reads rows n and N + n of a broadcast gradient (one row), so
+// out[n] = rne(g + g) = 2g exactly; only the output is large.
+TEST(LargeTensors, InitRoutingV2GradDropPadBroadcastInput) {
+  const int64_t N = kRows, K = 2;
+  auto out = std::make_unique<Bf16Buffer>(N * kH);
+  ASSERT_TRUE(out->data) << "needs about 4.6 GB of memory";
+  FillPattern(out->data, N * kH, 12);  // stale values: every row must be overwritten
+  std::vector<uint16_t> g_row(kH);
+  std::vector<int32_t> idx(N * K);
+  for (int64_t j = 0; j < kH; ++j) g_row[j] = Pattern(j, 13);
+  for (int64_t n = 0; n < N; ++n) {
+    idx[n * K] = static_cast<int32_t>(n);
+    idx[n * K + 1] = static_cast<int32_t>(N + n);
+  }
+  InitRoutingV2GradArgs a;
+  a.grad_expanded_x = TensorView(g_row.data(), DType::kBFloat16, {2, N, kH}, {0, 0, 1});
+  a.expanded_row_idx = TensorView(idx.data(), DType::kInt32, {N * K});
+  a.top_k = K;
+  a.drop_pad_mode = 1;
+  a.out = Bf16View(out->data, N, kH);
+  const Status s = InitRoutingV2Grad(a);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (int64_t n : SampleRows(N, kH)) {
+    for (int64_t j = 0; j < kH; ++j) {
+      ASSERT_EQ(out->data[n * kH + j], BF16BitsFromF32(Bf(g_row[j]) + Bf(g_row[j]))) << "out[" << n << "][" << j << "]";
+    }
+  }
+}
+
+// MoeInitRoutingV2 dropless, K = 1, through aclnn: x and expandedX real; expandedX[i] = x[s[i]] with s the
+// tokens sorted by expert (stably), and the cumsum of every expert's tokens.
+TEST(LargeTensors, InitRoutingV2DroplessThroughAclnn) {
+  const int64_t N = kRows, E = 64;
+  auto x = std::make_unique<Bf16Buffer>(N * kH);
+  auto out = std::make_unique<Bf16Buffer>(N * kH);
+  ASSERT_TRUE(x->data && out->data) << "needs about 9.2 GB of memory";
+  FillPattern(x->data, N * kH, 11);
+  std::vector<int32_t> expert(N), row_idx(N, -7), cumsum(E, -7);
+  std::vector<int64_t> count(E, 0);
+  for (int64_t n = 0; n < N; ++n) {
+    expert[n] = static_cast<int32_t>((n * 7919) % E);
+    ++count[expert[n]];
+  }
+  std::vector<int64_t> start(E + 1, 0), sorted(N);
+  for (int64_t e = 0; e < E; ++e) start[e + 1] = start[e] + count[e];
+  std::vector<int64_t> cursor(start.begin(), start.end() - 1);
+  for (int64_t n = 0; n < N; ++n) sorted[cursor[expert[n]]++] = n;
+  auto xa = MakeAcl({N, kH}, {kH, 1}, ACL_BF16, N * kH, x->data);
+  auto ia = MakeAcl({N, 1}, {1, 1}, ACL_INT32, N, expert.data());
+  auto oa = MakeAcl({N, kH}, {kH, 1}, ACL_BF16, N * kH, out->data);
+  auto ra = MakeAcl({N}, {1}, ACL_INT32, N, row_idx.data());
+  auto ca = MakeAcl({E}, {1}, ACL_INT32, E, cumsum.data());
+  ASSERT_TRUE(xa && ia && oa && ra && ca) << aclGetRecentErrMsg();
+  uint64_t ws_size = 0;
+  aclOpExecutor* executor = nullptr;
+  ASSERT_EQ(aclnnMoeInitRoutingV2GetWorkspaceSize(xa.get(), ia.get(), 0, 0, E, 0, 1, false, oa.get(), ra.get(),
+                                                  ca.get(), nullptr, &ws_size, &executor),
+            ACLNN_SUCCESS)
+      << aclGetRecentErrMsg();
+  void* ws = nullptr;
+  if (ws_size > 0) {
+    ASSERT_EQ(aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+  }
+  ASSERT_EQ(aclnnMoeInitRoutingV2(ws, ws_size, executor, nullptr), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+  if (ws != nullptr) aclrtFree(ws);
+
+  for (int64_t i = 0; i < N; ++i) ASSERT_EQ(row_idx[sorted[i]], i) << "expandedRowIdx[" << sorted[i] << "]";
+  for (int64_t e = 0; e < E; ++e) EXPECT_EQ(cumsum[e], start[e + 1]) << "cumsum[" << e << "]";
+  for (int64_t i : SampleRows(N, kH)) {
+    for (int64_t j = 0; j < kH; ++j) {
+      ASSERT_EQ(out->data[i * kH + j], x->data[sorted[i] * kH + j]) << "expandedX[" << i << "][" << j << "]";
+    }
+  }
+}
+
+// MoeInitRoutingV2 drop/pad with an (E, C, H) output past 2^31 elements and x one broadcast row: uneven
+// experts, so rows past an expert's pairs are zero (over stale values) and pairs past C are dropped.
+TEST(LargeTensors, InitRoutingV2DropPadThreeDimensional) {
+  const int64_t N = kRows, E = 64, C = kRows / E;
+  auto out = std::make_unique<Bf16Buffer>(E * C * kH);
+  ASSERT_TRUE(out->data) << "needs about 4.6 GB of memory";
+  FillPattern(out->data, E * C * kH, 12);  // stale values: every row must be overwritten
+  std::vector<uint16_t> x_row(kH);
+  for (int64_t j = 0; j < kH; ++j) x_row[j] = Pattern(j, 13);
+  std::vector<int32_t> expert(N), row_idx(N), before(E);
+  std::vector<int64_t> count(E, 0);
+  for (int64_t n = 0; n < N; ++n) {
+    expert[n] = static_cast<int32_t>(n % 97 < E ? n % 97 : n % 7);
+    ++count[expert[n]];
+  }
+  InitRoutingV2Args a;
+  a.x = Bf16View(x_row.data(), N, 0);
+  a.expert_idx = TensorView(expert.data(), DType::kInt32, {N, 1});
+  a.expert_num = E;
+  a.expert_capacity = C;
+  a.drop_pad_mode = 1;
+  a.expert_tokens_before_capacity_flag = true;
+  a.expanded_x = TensorView(out->data, DType::kBFloat16, {E, C, kH});
+  a.expanded_row_idx = TensorView(row_idx.data(), DType::kInt32, {N});
+  a.expert_tokens_before_capacity = TensorView(before.data(), DType::kInt32, {E});
+  const Status s = InitRoutingV2(a);
+  ASSERT_TRUE(s.ok()) << s.message();
+  std::vector<int64_t> rank(E, 0);
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t c = rank[expert[n]]++;
+    ASSERT_EQ(row_idx[n], c < C ? expert[n] * C + c : -1) << "expandedRowIdx[" << n << "]";
+  }
+  for (int64_t e = 0; e < E; ++e) EXPECT_EQ(before[e], count[e]) << "before capacity[" << e << "]";
+  std::vector<int64_t> rows = SampleRows(E * C, kH);
+  for (int64_t e = 0; e < E; ++e) rows.push_back(e * C + std::min(count[e], C) - 1);  // each expert's last
+  for (int64_t e = 0; e < E; ++e) {
+    if (count[e] < C) rows.push_back(e * C + count[e]);  // and its first zero row
+  }
+  for (int64_t v : rows) {
+    const bool filled = v % C < count[v / C];
+    for (int64_t j = 0; j < kH; ++j) {
+      ASSERT_EQ(out->data[v * kH + j], filled ? x_row[j] : 0) << "expandedX row " << v << " (" << v / C << ", "
+                                                               << v % C << ") column " << j;
     }
   }
 }

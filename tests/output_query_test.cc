@@ -69,7 +69,8 @@ template <typename Args>
 void ExpectQueryMatchesPhaseOne(Call<Args>& c, const std::function<bool(const char*, int)>& unique) {
   SCOPED_TRACE(std::string(OpInfo<Args>::kName) + ": " + c.what);
   std::vector<OutputSpec> specs(1);  // the query replaces whatever is there
-  const Status q = Query(c.CppArgs(true), &specs);
+  const Args inputs = c.CppArgs(true);
+  const Status q = Query(inputs, &specs);
   ASSERT_TRUE(q.ok()) << q.message();
   size_t n = 0;
   for (size_t i = 0; i < kNumTensors<Args>; ++i) {
@@ -78,7 +79,7 @@ void ExpectQueryMatchesPhaseOne(Call<Args>& c, const std::function<bool(const ch
     ASSERT_LT(n, specs.size());
     const OutputSpec& spec = specs[n++];
     EXPECT_STREQ(spec.name, arg.name);
-    EXPECT_EQ(spec.written, arg.WrittenBy(c.CppArgs(true))) << arg.name;
+    EXPECT_EQ(spec.written, arg.WrittenBy(inputs)) << arg.name;
     if (spec.written) {
       c.t[i] = TestTensor(spec.dtype, SizesOf(spec), Layout::kPadded, 7 + i);
     } else {
@@ -259,6 +260,61 @@ std::vector<Call<TokenPermuteWithRoutingMapArgs>> TokenPermuteWithRoutingMapCall
   return calls;
 }
 
+std::vector<Call<InitRoutingV2Args>> InitRoutingV2Calls() {
+  std::vector<Call<InitRoutingV2Args>> calls;
+  const int64_t H = 5, C = 2;
+  for (int64_t mode : {0, 1}) {
+    for (int64_t N : {0, 4}) {
+      for (int64_t K : {1, 3}) {
+        for (int64_t flag : {0, 1, 2}) {
+          for (bool before : {false, true}) {
+            for (int64_t active : {0, 5}) {
+              const int64_t E = mode == 0 && flag == 0 && !before ? 0 : 3;  // expertNum unused: may be 0
+              Call<InitRoutingV2Args> c;
+              c.Set("x", TestTensor(mode == 1 ? kF16 : kBF16, {N, H}, Layout::kPadded));
+              c.Set("expertIdx", TestTensor(kI32, {N, K}, Layout::kTransposed));
+              for (int64_t i = 0; i < N * K; ++i) c["expertIdx"]->SetI(i, 0);
+              c.attrs = {active, mode == 1 ? C : 0, E, mode, flag, before ? 1 : 0};
+              c.what = "mode " + std::to_string(mode) + " N " + std::to_string(N) + " K " + std::to_string(K) +
+                       " flag " + std::to_string(flag) + (before ? " before" : "") + " activeNum " +
+                       std::to_string(active);
+              calls.push_back(c);
+            }
+          }
+        }
+      }
+    }
+  }
+  return calls;
+}
+
+std::vector<Call<InitRoutingV2GradArgs>> InitRoutingV2GradCalls() {
+  std::vector<Call<InitRoutingV2GradArgs>> calls;
+  const int64_t H = 7, E = 3, C = 2;
+  for (int64_t mode : {0, 1}) {
+    for (int64_t N : {0, 4}) {
+      for (int64_t K : {1, 3}) {
+        for (int64_t active : {int64_t{0}, int64_t{2}, N * K, N * K + 3}) {
+          for (DType f : {kF32, kF16, kBF16}) {
+            Call<InitRoutingV2GradArgs> c;
+            const int64_t L = N * K;
+            const int64_t rows = active > 0 && active < L ? active : L;
+            c.Set("gradExpandedX",
+                  mode == 1 ? TestTensor(f, {E, C, H}) : TestTensor(f, {rows, H}, Layout::kTransposed));
+            c.Set("expandedRowIdx", TestTensor(kI32, {L}, Layout::kPadded));
+            for (int64_t i = 0; i < L; ++i) c["expandedRowIdx"]->SetI(i, 0);
+            c.attrs = {K, mode, active};
+            c.what = "mode " + std::to_string(mode) + " N " + std::to_string(N) + " K " + std::to_string(K) +
+                     " activeNum " + std::to_string(active) + " " + DTypeName(f);
+            calls.push_back(c);
+          }
+        }
+      }
+    }
+  }
+  return calls;
+}
+
 TEST(OutputQuery, FinalizeRoutingV2GradReportsWhatPhaseOneAccepts) {
   for (auto& c : FinalizeRoutingV2GradCalls()) ExpectQueryMatchesPhaseOne(c, Always);
 }
@@ -295,6 +351,14 @@ TEST(OutputQuery, FinalizeRoutingV2TakesRFromTheFirstRowsInput) {
 
 TEST(OutputQuery, TokenPermuteWithRoutingMapReportsWhatPhaseOneAccepts) {
   for (auto& c : TokenPermuteWithRoutingMapCalls()) ExpectQueryMatchesPhaseOne(c, Always);
+}
+
+TEST(OutputQuery, InitRoutingV2ReportsWhatPhaseOneAccepts) {
+  for (auto& c : InitRoutingV2Calls()) ExpectQueryMatchesPhaseOne(c, Always);
+}
+
+TEST(OutputQuery, InitRoutingV2GradReportsWhatPhaseOneAccepts) {
+  for (auto& c : InitRoutingV2GradCalls()) ExpectQueryMatchesPhaseOne(c, Always);
 }
 
 // --- errors ------------------------------------------------------------------------------------------------
@@ -406,6 +470,69 @@ TEST(OutputQuery, TokenPermuteWithRoutingMapErrorsAreThoseOfPhaseOne) {
       {"probs shape", [](C& c) { c.Set("probs", TestTensor(kBF16, {4, 2})); }},
       {"probs INT32", [](C& c) { c.Set("probs", TestTensor(kI32, {4, 3})); }},
       {"probs BOOL", [](C& c) { c.Set("probs", TestTensor(DType::kBool, {4, 3})); }},
+  });
+}
+
+TEST(OutputQuery, InitRoutingV2ErrorsAreThoseOfPhaseOne) {
+  using C = Call<InitRoutingV2Args>;
+  for (const int64_t mode : {0, 1}) {
+    const C base = Find(InitRoutingV2Calls(), mode == 0 ? "mode 0 N 4 K 3 flag 1 activeNum 5"
+                                                        : "mode 1 N 4 K 3 flag 0 before activeNum 0");
+    std::vector<std::pair<const char*, std::function<void(C&)>>> rows = {
+        {"dropPadMode 2", [](C& c) { c.Attr("dropPadMode", 2); }},
+        {"activeNum -1", [](C& c) { c.Attr("activeNum", -1); }},
+        {"expertNum -1", [](C& c) { c.Attr("expertNum", -1); }},
+        {"expertCapacity -1", [](C& c) { c.Attr("expertCapacity", -1); }},
+        {"flag 3", [](C& c) { c.Attr("expertTokensCountOrCumsumFlag", 3); }},
+        {"expertNum 0", [](C& c) { c.Attr("expertNum", 0); }},
+        {"x 1-D", [](C& c) { c.Set("x", TestTensor(kBF16, {4})); }},
+        {"x INT32", [](C& c) { c.Set("x", TestTensor(kI32, {4, 5})); }},
+        {"expertIdx 3-D", [](C& c) { c.Set("expertIdx", TestTensor(kI32, {4, 3, 1})); }},
+        {"expertIdx INT8", [](C& c) { c.Set("expertIdx", TestTensor(DType::kInt8, {4, 3})); }},
+        {"expertIdx rows", [](C& c) { c.Set("expertIdx", TestTensor(kI32, {5, 3})); }},
+    };
+    if (mode == 1) {
+      rows.push_back({"expertCapacity 0", [](C& c) { c.Attr("expertCapacity", 0); }});
+      rows.push_back({"E*C 2^31", [](C& c) { c.Attr("expertNum", 1 << 16); c.Attr("expertCapacity", 1 << 15); }});
+      rows.push_back({"expertNum INT64_MAX", [](C& c) { c.Attr("expertNum", INT64_MAX); c.Attr("expertCapacity", 2); }});
+    }
+    ExpectSameErrors<InitRoutingV2Args>(base, rows);
+  }
+  // In mode 1 without the flag, and in mode 0 with flag 0, no count output is required: nothing to fail.
+  std::vector<OutputSpec> specs;
+  const C plain = Find(InitRoutingV2Calls(), "mode 0 N 4 K 1 flag 0 activeNum 0");
+  ASSERT_TRUE(Query(plain.CppArgs(true), &specs).ok());
+  EXPECT_FALSE(specs[2].written);
+  EXPECT_FALSE(specs[3].written);
+}
+
+TEST(OutputQuery, InitRoutingV2GradErrorsAreThoseOfPhaseOne) {
+  using C = Call<InitRoutingV2GradArgs>;
+  for (const char* what : {"mode 0 N 4 K 3 activeNum 2 FLOAT32", "mode 1 N 4 K 3 activeNum 0 BFLOAT16"}) {
+    const C base = Find(InitRoutingV2GradCalls(), what);
+    const DType f = base.t[0]->dtype();  // gradExpandedX's
+    ExpectSameErrors<InitRoutingV2GradArgs>(base, {
+        {"dropPadMode 2", [](C& c) { c.Attr("dropPadMode", 2); }},
+        {"dropPadMode INT64_MIN", [](C& c) { c.Attr("dropPadMode", INT64_MIN); }},
+        {"activeNum -1", [](C& c) { c.Attr("activeNum", -1); }},
+        {"topK 0", [](C& c) { c.Attr("topK", 0); }},
+        {"topK -1", [](C& c) { c.Attr("topK", -1); }},
+        {"topK 5 (not a divisor of L)", [](C& c) { c.Attr("topK", 5); }},
+        {"gradExpandedX INT32", [](C& c) { c.Set("gradExpandedX", TestTensor(kI32, {2, 7})); }},
+        {"gradExpandedX 1-D", [f](C& c) { c.Set("gradExpandedX", TestTensor(f, {14})); }},
+        {"gradExpandedX of the other mode's rank",
+         [f](C& c) { c.Set("gradExpandedX", c.attrs[1] == 1 ? TestTensor(f, {2, 7}) : TestTensor(f, {2, 1, 7})); }},
+        {"expandedRowIdx INT64", [](C& c) { c.Set("expandedRowIdx", TestTensor(DType::kInt64, {12})); }},
+        {"expandedRowIdx 2-D", [](C& c) { c.Set("expandedRowIdx", TestTensor(kI32, {4, 3})); }},
+        {"expandedRowIdx 13", [](C& c) { c.Set("expandedRowIdx", TestTensor(kI32, {13})); }},
+    });
+  }
+  // Mode 0's rows: activeNum and L.
+  const C base = Find(InitRoutingV2GradCalls(), "mode 0 N 4 K 3 activeNum 2 FLOAT32");
+  ExpectSameErrors<InitRoutingV2GradArgs>(base, {
+      {"rows != activeNum", [](C& c) { c.Set("gradExpandedX", TestTensor(kF32, {3, 7})); }},
+      {"rows != L", [](C& c) { c.Attr("activeNum", 0); }},
+      {"rows != L, activeNum >= L", [](C& c) { c.Attr("activeNum", 12); }},
   });
 }
 

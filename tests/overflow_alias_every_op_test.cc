@@ -30,8 +30,9 @@ struct Named {
   TensorView* view;
 };
 
-// One operator's small valid call (every optional tensor present, so every output is written), its tensors
-// by name in OpInfo's order (the order the operator checks them), and phase one through either API.
+// One operator's small valid call (every optional tensor present that the call writes or reads, so every output
+// given is written), its tensors by name in OpInfo's order (the order the operator checks them), and phase one
+// through either API.
 struct OpUnderTest {
   std::string op;
   std::vector<Named> inputs, outputs;
@@ -43,6 +44,7 @@ OpUnderTest Describe(Args& a) {
   OpUnderTest t;
   t.op = OpInfo<Args>::kName;
   for (const TensorArg<Args>& arg : OpInfo<Args>::kTensors) {
+    if (arg.Get(a) == nullptr) continue;  // an output this call does not write (MoeInitRoutingV2's other count)
     TensorView* v = arg.required != nullptr ? &(a.*arg.required) : &*(a.*arg.optional);
     (arg.role == ArgRole::kInput ? t.inputs : t.outputs).push_back({arg.name, v});
   }
@@ -94,6 +96,27 @@ void SetSmallCall(Arena& arena, TokenPermuteWithRoutingMapGradArgs& a) {
   a.tokens_num = 4;
   a.tokens_grad = TensorView(arena.Slot(4), DType::kFloat32, {4, 8});
   a.probs_grad = TensorView(arena.Slot(5), DType::kFloat32, {4, 3});
+}
+
+// Drop/pad with the counts before capacity (its other count output is written only in dropless mode).
+void SetSmallCall(Arena& arena, InitRoutingV2Args& a) {
+  a.x = TensorView(arena.Slot(0), DType::kBFloat16, {4, 8});
+  a.expert_idx = TensorView(arena.Slot(1), DType::kInt32, {4, 2});
+  a.expert_num = 3;
+  a.expert_capacity = 2;
+  a.drop_pad_mode = 1;
+  a.expert_tokens_before_capacity_flag = true;
+  a.expanded_x = TensorView(arena.Slot(2), DType::kBFloat16, {3, 2, 8});
+  a.expanded_row_idx = TensorView(arena.Slot(3), DType::kInt32, {8});
+  a.expert_tokens_before_capacity = TensorView(arena.Slot(4), DType::kInt32, {3});
+}
+
+void SetSmallCall(Arena& arena, InitRoutingV2GradArgs& a) {
+  a.grad_expanded_x = TensorView(arena.Slot(0), DType::kFloat16, {2, 3, 8});
+  a.expanded_row_idx = TensorView(arena.Slot(1), DType::kInt32, {8});
+  a.top_k = 2;
+  a.drop_pad_mode = 1;
+  a.out = TensorView(arena.Slot(2), DType::kFloat16, {4, 8});
 }
 
 // Runs `check` on each operator's fresh small call.
@@ -247,6 +270,63 @@ TEST(EveryOperatorOverflow, ExtremeAttributesWithEmptyTensors) {
       q.num_experts = 4;
       expect_status(CppPlan(q), "permute grad tokensNum, 4 experts");
     }
+
+    // MoeInitRoutingV2Grad: topK = v, activeNum = v and dropPadMode = v with L = 0 pairs.
+    for (const int64_t mode : {0, 1}) {
+      InitRoutingV2GradArgs r;
+      r.grad_expanded_x = mode == 1 ? TensorView(Fake(0), DType::kFloat32, {v > 0 ? v : 1, 0, 0})
+                                    : TensorView(Fake(0), DType::kFloat32, {0, 0});
+      r.expanded_row_idx = TensorView(Fake(1), DType::kInt32, {0});
+      r.top_k = v;
+      r.drop_pad_mode = mode;
+      r.out = TensorView(Fake(2), DType::kFloat32, {0, 0});
+      expect_status(CppPlan(r), "init-routing grad topK");
+      r.top_k = 1;
+      r.active_num = v;
+      expect_status(CppPlan(r), "init-routing grad activeNum");
+      expect_status(AclPlan(r), "init-routing grad activeNum (aclnn)");
+      r.drop_pad_mode = v;
+      expect_status(CppPlan(r), "init-routing grad dropPadMode");
+    }
+  }
+}
+
+// MoeInitRoutingV2: expertNum, expertCapacity, activeNum, the flag and dropPadMode at the ends of int64, with
+// N = 0 tokens of H = 0 (so that an output of any number of rows is empty) and the outputs they ask for.
+TEST(EveryOperatorOverflow, InitRoutingV2ExtremeAttributes) {
+  auto expect_status = [](const Outcome& o, const char* what) {
+    EXPECT_TRUE(o.status == 0 || o.status == ACLNN_ERR_PARAM_INVALID) << what << ": " << o.status << " " << o.message;
+  };
+  for (const int64_t v : {INT64_MAX, INT64_MAX - 1, INT64_MIN, int64_t{1} << 62, int64_t{1} << 31, int64_t{-1}}) {
+    SCOPED_TRACE(v);
+    const int64_t rows = v > 0 ? v : 1;
+    InitRoutingV2Args a;
+    a.x = TensorView(Fake(0), DType::kFloat32, {0, 0});
+    a.expert_idx = TensorView(Fake(1), DType::kInt32, {0, 3});
+    a.expanded_row_idx = TensorView(Fake(2), DType::kInt32, {0});
+    a.drop_pad_mode = 1;
+    a.expert_num = v;
+    a.expert_capacity = 1;
+    a.expanded_x = TensorView(Fake(3), DType::kFloat32, {rows, 1, 0});
+    expect_status(CppPlan(a), "expertNum");
+    expect_status(AclPlan(a), "expertNum (aclnn)");
+    a.expert_num = 1;
+    a.expert_capacity = v;
+    a.expanded_x = TensorView(Fake(3), DType::kFloat32, {1, rows, 0});
+    expect_status(CppPlan(a), "expertCapacity");
+    a.drop_pad_mode = v;
+    expect_status(CppPlan(a), "dropPadMode");
+    a.drop_pad_mode = 0;
+    a.active_num = v;
+    a.expanded_x = TensorView(Fake(3), DType::kFloat32, {0, 0});
+    expect_status(CppPlan(a), "activeNum");
+    a.active_num = 0;
+    a.expert_tokens_count_or_cumsum_flag = v;
+    expect_status(CppPlan(a), "expertTokensCountOrCumsumFlag");
+    a.expert_tokens_count_or_cumsum_flag = 2;
+    a.expert_num = v;
+    a.expert_tokens_count_or_cumsum = TensorView(Fake(4), DType::kInt32, {0});
+    expect_status(CppPlan(a), "expertNum of the counts");
   }
 }
 
@@ -262,6 +342,19 @@ TEST(EveryOperatorOverflow, TokenPermuteWithRoutingMapGradWorkspaceOverflowIsRej
   const Outcome o = CppPlan(q);
   EXPECT_EQ(o.status, ACLNN_ERR_PARAM_INVALID);
   EXPECT_EQ(o.message, "MoeTokenPermuteWithRoutingMapGrad: the workspace size overflows 64 bits");
+}
+
+TEST(EveryOperatorOverflow, InitRoutingV2GradWorkspaceOverflowIsRejected) {
+  // N + 1 offsets and L terms of 8 bytes: L = 2^61 - 1 pairs of topK 1 need about 2^65 bytes.
+  const int64_t L = (int64_t{1} << 61) - 1;
+  InitRoutingV2GradArgs r;
+  r.grad_expanded_x = TensorView(Fake(0), DType::kFloat32, {L, 0});
+  r.expanded_row_idx = TensorView(Fake(1), DType::kInt32, {L});
+  r.top_k = 1;
+  r.out = TensorView(Fake(2), DType::kFloat32, {L, 0});
+  const Outcome o = CppPlan(r);
+  EXPECT_EQ(o.status, ACLNN_ERR_PARAM_INVALID);
+  EXPECT_EQ(o.message, "MoeInitRoutingV2Grad: the workspace size overflows 64 bits");
 }
 
 }  // namespace

@@ -90,6 +90,8 @@ void CheckEveryOperator(const MakeBad& make_bad, const std::string& want) {
   CheckEveryTensor(TokenPermuteWithRoutingMapGradCall(), make_bad, want);
   CheckEveryTensor(FinalizeRoutingV2Call(), make_bad, want);
   CheckEveryTensor(TokenPermuteWithRoutingMapCall(), make_bad, want);
+  CheckEveryTensor(InitRoutingV2Call(), make_bad, want);
+  CheckEveryTensor(InitRoutingV2GradCall(), make_bad, want);
 }
 
 TEST(TensorView, EveryOperatorRejectsATooHighRankFirst) {

@@ -84,6 +84,9 @@ BAD = [
     (["bench", "--dtype", "f32+bf16", "--json", "{json}"], {}, 2, "--dtype must be f32, f16, bf16, bf16+f32 or all"),
     (["bench", "--op", "nope", "--json", "{json}"], {}, 2, "unknown --op 'nope'; one of: all,"),
     (["check", "--op", "nope"], {}, 2, "unknown --op 'nope'; one of: all,"),
+    # an operator without routing weights has no mixed precision to run
+    (["bench", "--op", "init-routing-v2-grad", "--dtype", "bf16+f32", "--json", "{json}"], {}, 2,
+     "moegrad bench: --op init-routing-v2-grad has no routing weights: run it with --dtype f32, f16, bf16 or all"),
     # an option of another command (with none the command is bench; the command may come last)
     (["check", "--tokens", "8"], {}, 2, "moegrad: check does not take --tokens (see moegrad --help)"),
     (["check", "--json", "{json}"], {}, 2, "check does not take --json"),
@@ -127,6 +130,9 @@ GOOD = [
     # bf16 tokens with fp32 routing weights: its own dtype name in the table (and the JSON)
     (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "bf16+f32", "--op", "permute-grad",
       "--json", "{json}"], {}, 0, None, " bf16+f32 "),
+    # ... and runs the token dtypes only with --dtype all
+    (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--op", "init-routing-v2-grad", "--json", "{json}"], {},
+     0, None, "MoeInitRoutingV2Grad"),
     (["--help"], {}, 0, "", "--threads N             worker threads, 1..4096"),
     (["--version"], {}, 0, "", "moegrad "),
 ]

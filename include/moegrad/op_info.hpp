@@ -31,6 +31,9 @@ struct TensorArg {
   // An output that is not written is not checked for overlaps.
   std::optional<TensorView> Args::*written_with;
   DTypeGroup group;
+  // For an output that is written only with some attribute values (MoeInitRoutingV2's counts, by dropPadMode and
+  // their flags): true for the arguments that write it. Null: written_with alone decides.
+  bool (*written_if)(const Args&) = nullptr;
 
   bool is_optional() const { return optional != nullptr; }
   // The view, or null when an optional tensor is absent.
@@ -48,11 +51,13 @@ struct TensorArg {
       (a.*optional).reset();
     }
   }
-  // True for an output that a call with these inputs writes (see written_with), given or not.
+  // True for an output that a call with these inputs and attributes writes (see written_with, written_if), given
+  // or not.
   bool WrittenBy(const Args& a) const {
-    return role == ArgRole::kOutput && (written_with == nullptr || (a.*written_with));
+    return role == ArgRole::kOutput && (written_with == nullptr || (a.*written_with)) &&
+           (written_if == nullptr || written_if(a));
   }
-  // False for an output that this call does not write: absent, or not written (see written_with).
+  // False for an output that this call does not write: absent, or not written (see WrittenBy).
   bool Written(const Args& a) const { return Get(a) != nullptr && WrittenBy(a); }
 };
 
@@ -91,6 +96,12 @@ template <typename A>
 constexpr TensorArg<A> Out(const char* name, std::optional<TensorView> A::*m, DTypeGroup g,
                            std::optional<TensorView> A::*written_with = nullptr) {
   return {name, ArgRole::kOutput, nullptr, m, written_with, g};
+}
+// An optional output written only where `written_if` holds (a function of the attributes).
+template <typename A>
+constexpr TensorArg<A> Out(const char* name, std::optional<TensorView> A::*m, DTypeGroup g,
+                           bool (*written_if)(const A&)) {
+  return {name, ArgRole::kOutput, nullptr, m, nullptr, g, written_if};
 }
 template <typename A>
 constexpr AttrArg<A> Attr(const char* name, int64_t A::*m) { return {name, m, nullptr}; }
@@ -189,6 +200,57 @@ struct OpInfo<TokenPermuteWithRoutingMapArgs> {
                                           op_info::Attr("dropAndPad", &A::drop_and_pad)};
 };
 
+template <>
+struct OpInfo<InitRoutingV2Args> {
+  using A = InitRoutingV2Args;
+  static constexpr Status (*kPlan)(const A&, Plan*) = &PlanInitRoutingV2;  // phase one
+  static constexpr Status (*kRun)(const A&) = &InitRoutingV2;               // plan, allocate, run
+  static constexpr Status (*kInfer)(const A&, std::vector<OutputSpec>*) = &InferInitRoutingV2Outputs;  // query
+  static constexpr const char* kName = "MoeInitRoutingV2";
+  static constexpr const char* kKey = "init-routing-v2";
+  // The counts: the cumsum or count in dropless mode with flag 1 or 2, the counts before capacity in drop/pad
+  // mode with their flag.
+  static constexpr bool WritesCountOrCumsum(const A& a) {
+    return a.drop_pad_mode == 0 &&
+           (a.expert_tokens_count_or_cumsum_flag == 1 || a.expert_tokens_count_or_cumsum_flag == 2);
+  }
+  static constexpr bool WritesBeforeCapacity(const A& a) {
+    return a.drop_pad_mode == 1 && a.expert_tokens_before_capacity_flag;
+  }
+  static constexpr TensorArg<A> kTensors[] = {
+      op_info::In("x", &A::x, op_info::kTokens),
+      op_info::In("expertIdx", &A::expert_idx),
+      op_info::Out("expandedXOut", &A::expanded_x, op_info::kTokens),
+      op_info::Out("expandedRowIdxOut", &A::expanded_row_idx),
+      op_info::Out("expertTokensCountOrCumsumOut", &A::expert_tokens_count_or_cumsum, DTypeGroup::kNone,
+                   &WritesCountOrCumsum),
+      op_info::Out("expertTokensBeforeCapacityOut", &A::expert_tokens_before_capacity, DTypeGroup::kNone,
+                   &WritesBeforeCapacity)};
+  static constexpr AttrArg<A> kAttrs[] = {
+      op_info::Attr("activeNum", &A::active_num), op_info::Attr("expertCapacity", &A::expert_capacity),
+      op_info::Attr("expertNum", &A::expert_num), op_info::Attr("dropPadMode", &A::drop_pad_mode),
+      op_info::Attr("expertTokensCountOrCumsumFlag", &A::expert_tokens_count_or_cumsum_flag),
+      op_info::Attr("expertTokensBeforeCapacityFlag", &A::expert_tokens_before_capacity_flag)};
+};
+
+template <>
+struct OpInfo<InitRoutingV2GradArgs> {
+  using A = InitRoutingV2GradArgs;
+  static constexpr Status (*kPlan)(const A&, Plan*) = &PlanInitRoutingV2Grad;  // phase one
+  static constexpr Status (*kRun)(const A&) = &InitRoutingV2Grad;               // plan, allocate, run
+  static constexpr Status (*kInfer)(const A&, std::vector<OutputSpec>*) =  // output query
+      &InferInitRoutingV2GradOutputs;
+  static constexpr const char* kName = "MoeInitRoutingV2Grad";
+  static constexpr const char* kKey = "init-routing-v2-grad";
+  static constexpr TensorArg<A> kTensors[] = {
+      op_info::In("gradExpandedX", &A::grad_expanded_x, op_info::kTokens),
+      op_info::In("expandedRowIdx", &A::expanded_row_idx),
+      op_info::Out("out", &A::out, op_info::kTokens)};
+  static constexpr AttrArg<A> kAttrs[] = {op_info::Attr("topK", &A::top_k),
+                                          op_info::Attr("dropPadMode", &A::drop_pad_mode),
+                                          op_info::Attr("activeNum", &A::active_num)};
+};
+
 // Calls fn(OpInfo<Args>()) for every operator's Args, in the order of the README's operator table.
 template <typename Fn>
 void ForEachOp(const Fn& fn) {
@@ -196,6 +258,8 @@ void ForEachOp(const Fn& fn) {
   fn(OpInfo<TokenPermuteWithRoutingMapGradArgs>());
   fn(OpInfo<FinalizeRoutingV2Args>());
   fn(OpInfo<TokenPermuteWithRoutingMapArgs>());
+  fn(OpInfo<InitRoutingV2Args>());
+  fn(OpInfo<InitRoutingV2GradArgs>());
 }
 
 }  // namespace moegrad

@@ -108,4 +108,36 @@ MOEGRAD_API Status TokenPermuteWithRoutingMap(const TokenPermuteWithRoutingMapAr
 MOEGRAD_API Status InferTokenPermuteWithRoutingMapOutputs(const TokenPermuteWithRoutingMapArgs& args,
                                                           std::vector<OutputSpec>* outputs);
 
+// The V2 "dispatch" (token-major pairs p = n*K + k). See docs/ops/init_routing_v2.md.
+struct InitRoutingV2Args {
+  TensorView x;                                             // (N, H) float
+  TensorView expert_idx;                                    // (N, K) INT32
+  int64_t active_num = 0;                                   // mode 0: rows of expandedX when 0 < activeNum < N*K
+  int64_t expert_capacity = 0;                              // mode 1: C > 0
+  int64_t expert_num = 0;                                   // E: mode 1 and the counts
+  int64_t drop_pad_mode = 0;                                // 0 dropless, 1 drop/pad
+  int64_t expert_tokens_count_or_cumsum_flag = 0;           // mode 0: 0 none, 1 cumsum, 2 count
+  bool expert_tokens_before_capacity_flag = false;          // mode 1: write the counts before capacity
+  TensorView expanded_x;                                    // output (A, H) in mode 0, (E, C, H) in mode 1
+  TensorView expanded_row_idx;                              // output (N*K) INT32
+  std::optional<TensorView> expert_tokens_count_or_cumsum;  // output (E) INT32: mode 0, flag 1 or 2
+  std::optional<TensorView> expert_tokens_before_capacity;  // output (E) INT32: mode 1 with its flag
+};
+MOEGRAD_API Status PlanInitRoutingV2(const InitRoutingV2Args& args, Plan* plan);
+MOEGRAD_API Status InitRoutingV2(const InitRoutingV2Args& args);
+MOEGRAD_API Status InferInitRoutingV2Outputs(const InitRoutingV2Args& args, std::vector<OutputSpec>* outputs);
+
+// Backward of MoeInitRoutingV2 (token-major pairs i = n*K + k). See docs/ops/init_routing_v2_grad.md.
+struct InitRoutingV2GradArgs {
+  TensorView grad_expanded_x;   // (rows, H) in mode 0; (E, C, H) in mode 1; float
+  TensorView expanded_row_idx;  // (L) INT32, L = N*topK
+  int64_t top_k = 0;            // K > 0
+  int64_t drop_pad_mode = 0;    // 0 dropless, 1 drop/pad
+  int64_t active_num = 0;       // mode 0: rows of gradExpandedX when 0 < activeNum < L
+  TensorView out;               // output (N, H)
+};
+MOEGRAD_API Status PlanInitRoutingV2Grad(const InitRoutingV2GradArgs& args, Plan* plan);
+MOEGRAD_API Status InitRoutingV2Grad(const InitRoutingV2GradArgs& args);
+MOEGRAD_API Status InferInitRoutingV2GradOutputs(const InitRoutingV2GradArgs& args, std::vector<OutputSpec>* outputs);
+
 }  // namespace moegrad

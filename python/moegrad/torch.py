@@ -1,5 +1,6 @@
 """PyTorch functions of moegrad: MoE dispatch (permute with a routing map) and combine (finalize routing),
-differentiable through moegrad's exact gradient operators, plus the two gradient operators themselves.
+differentiable through moegrad's exact gradient operators (the V2 dispatch, init routing, too), plus the
+gradient operators themselves.
 
 Tensors are handed to the library in place (data pointer, sizes and strides: no copy, any strides); only the
 outputs are allocated here, exactly as the library's output query (phase one without the outputs) reports
@@ -19,6 +20,8 @@ __all__ = [
     "moe_finalize_routing_v2",
     "moe_finalize_routing_v2_grad",
     "moe_token_permute_with_routing_map_grad",
+    "moe_init_routing_v2_grad",
+    "moe_init_routing_v2",
 ]
 
 _DTYPE_NAMES = {
@@ -179,6 +182,21 @@ def _finalize_grad(grad_y, expanded_row_idx, expanded_x=None, scales=None, exper
     return out["gradExpandedXOut"], out["gradScalesOut"]
 
 
+def _init_routing_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode=0, active_num=0):
+    return _run("init_routing_v2_grad", dict(gradExpandedX=grad_expanded_x, expandedRowIdx=expanded_row_idx),
+                dict(topK=top_k, dropPadMode=drop_pad_mode, activeNum=active_num))["out"]
+
+
+def _init_routing(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
+                  expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False):
+    out = _run("init_routing_v2", dict(x=x, expertIdx=expert_idx),
+               dict(activeNum=active_num, expertCapacity=expert_capacity, expertNum=expert_num,
+                    dropPadMode=drop_pad_mode, expertTokensCountOrCumsumFlag=expert_tokens_count_or_cumsum_flag,
+                    expertTokensBeforeCapacityFlag=expert_tokens_before_capacity_flag))
+    return (out["expandedXOut"], out["expandedRowIdxOut"], out["expertTokensCountOrCumsumOut"],
+            out["expertTokensBeforeCapacityOut"])
+
+
 # --- not differentiable -----------------------------------------------------------------------------------
 
 class _NotDifferentiable(torch.autograd.Function):
@@ -328,6 +346,39 @@ def _finalize_grad_autograd(grad_y, expanded_row_idx, expanded_x=None, scales=No
                                results, (grad_y, expanded_x, scales, bias))
 
 
+class _InitRoutingFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode, flag, before_flag):
+        expanded_x, row_idx, counts, before = _init_routing(x, expert_idx, active_num, expert_capacity, expert_num,
+                                                            drop_pad_mode, flag, before_flag)
+        ctx.mark_non_differentiable(*[t for t in (row_idx, counts, before) if t is not None])
+        ctx.save_for_backward(row_idx)
+        ctx.shape = (x.shape[0], expert_idx.shape[1], x.shape[1])
+        ctx.dtype = x.dtype
+        ctx.attrs = (int(drop_pad_mode), int(active_num))
+        return expanded_x, row_idx, counts, before
+
+    @staticmethod
+    def backward(ctx, grad_expanded_x, *_grad_indices):
+        (row_idx,) = ctx.saved_tensors
+        tokens, topk, hidden = ctx.shape
+        mode, active_num = ctx.attrs
+        with torch.no_grad():
+            if grad_expanded_x is None or topk == 0:  # no row of x was copied (K = 0): the gradient is 0
+                grad_x = torch.zeros((tokens, hidden), dtype=ctx.dtype)
+            else:
+                grad_x = _init_routing_grad(grad_expanded_x, row_idx, topk, mode, active_num)
+        (grad_x,) = _not_differentiable(_double_backward_message("init_routing_v2_grad", "moe_init_routing_v2"),
+                                        (grad_x,), (grad_expanded_x,))
+        return grad_x, None, None, None, None, None, None, None
+
+
+def _init_routing_autograd(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
+                           expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False):
+    return _InitRoutingFunction.apply(x, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode,
+                                      expert_tokens_count_or_cumsum_flag, expert_tokens_before_capacity_flag)
+
+
 def _permute_grad_autograd(permuted_token_output_grad, sorted_indices, num_experts, tokens_num, drop_and_pad=False,
                            permuted_probs_output_grad=None, routing_map=None):
     results = _permute_grad(permuted_token_output_grad, sorted_indices, num_experts, tokens_num, drop_and_pad,
@@ -335,6 +386,12 @@ def _permute_grad_autograd(permuted_token_output_grad, sorted_indices, num_exper
     return _not_differentiable(
         _grad_op_outputs_message("token_permute_with_routing_map_grad", "moe_token_permute_with_routing_map_grad"),
         results, (permuted_token_output_grad, permuted_probs_output_grad))
+
+
+def _init_routing_grad_autograd(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode=0, active_num=0):
+    out = _init_routing_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode, active_num)
+    return _not_differentiable(_grad_op_outputs_message("init_routing_v2_grad", "moe_init_routing_v2_grad"), (out,),
+                               (grad_expanded_x,))[0]
 
 
 # --- torch.ops.moegrad.* ----------------------------------------------------------------------------------
@@ -354,6 +411,13 @@ _SCHEMAS = {
         "(Tensor permuted_token_output_grad, Tensor sorted_indices, int num_experts, int tokens_num, "
         "bool drop_and_pad=False, Tensor? permuted_probs_output_grad=None, Tensor? routing_map=None) "
         "-> (Tensor, Tensor?)",
+    "moe_init_routing_v2_grad":
+        "(Tensor grad_expanded_x, Tensor expanded_row_idx, int top_k, int drop_pad_mode=0, int active_num=0) "
+        "-> Tensor",
+    "moe_init_routing_v2":
+        "(Tensor x, Tensor expert_idx, int active_num=0, int expert_capacity=0, int expert_num=0, "
+        "int drop_pad_mode=0, int expert_tokens_count_or_cumsum_flag=0, bool expert_tokens_before_capacity_flag=False) "
+        "-> (Tensor, Tensor, Tensor?, Tensor?)",
 }
 # name -> (CPU kernel, Autograd kernel)
 _KERNELS = {
@@ -361,6 +425,8 @@ _KERNELS = {
     "moe_finalize_routing_v2": (_finalize, _finalize_autograd),
     "moe_finalize_routing_v2_grad": (_finalize_grad, _finalize_grad_autograd),
     "moe_token_permute_with_routing_map_grad": (_permute_grad, _permute_grad_autograd),
+    "moe_init_routing_v2_grad": (_init_routing_grad, _init_routing_grad_autograd),
+    "moe_init_routing_v2": (_init_routing, _init_routing_autograd),
 }
 
 
@@ -451,3 +517,36 @@ def moe_token_permute_with_routing_map_grad(permuted_token_output_grad, sorted_i
     return _ENTRY["moe_token_permute_with_routing_map_grad"](permuted_token_output_grad, sorted_indices,
                                                                a["numExperts"], a["tokensNum"], a["dropAndPad"],
                                                                permuted_probs_output_grad, routing_map)
+
+
+def moe_init_routing_v2_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode=0, active_num=0):
+    """The operator MoeInitRoutingV2Grad: the backward of MoeInitRoutingV2's row copy.
+
+    out[n] = the sum, in ascending k, of grad_expanded_x's rows expanded_row_idx[n*K + k] (K = top_k), leaving
+    out the pairs the forward did not materialize (mode 0: values >= active_num when 0 < active_num < L) or
+    dropped (mode 1: -1). grad_expanded_x is (rows, H) in mode 0 and (E, C, H) in mode 1; returns out (L/K, H).
+    The output is not differentiable.
+    """
+    a = _check("init_routing_v2_grad", dict(gradExpandedX=grad_expanded_x, expandedRowIdx=expanded_row_idx),
+               dict(topK=top_k, dropPadMode=drop_pad_mode, activeNum=active_num))
+    return _ENTRY["moe_init_routing_v2_grad"](grad_expanded_x, expanded_row_idx, a["topK"], a["dropPadMode"],
+                                                a["activeNum"])
+def moe_init_routing_v2(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
+                        expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False):
+    """The operator MoeInitRoutingV2 (V2 dispatch): the rows of x (N, H) in the order of the token-major pairs
+    p = n*K + k of expert_idx (N, K) INT32 sorted by expert, ties by p.
+
+    Returns (expanded_x, expanded_row_idx (N*K) INT32, expert_tokens_count_or_cumsum (E) INT32 or None,
+    expert_tokens_before_capacity (E) INT32 or None). drop_pad_mode 0: expanded_x (A, H), A = min(active_num,
+    N*K) when active_num > 0 else N*K; the cumsum (flag 1) or count (flag 2) of every expert's pairs. 1:
+    expanded_x (E, C, H) with C = expert_capacity, pairs past C dropped (-1), empty rows +0; the counts before
+    capacity with expert_tokens_before_capacity_flag. Differentiable in x (MoeInitRoutingV2Grad), once; the
+    index and count outputs are not differentiable.
+    """
+    a = _check("init_routing_v2", dict(x=x, expertIdx=expert_idx),
+               dict(activeNum=active_num, expertCapacity=expert_capacity, expertNum=expert_num,
+                    dropPadMode=drop_pad_mode, expertTokensCountOrCumsumFlag=expert_tokens_count_or_cumsum_flag,
+                    expertTokensBeforeCapacityFlag=expert_tokens_before_capacity_flag))
+    return _ENTRY["moe_init_routing_v2"](x, expert_idx, a["activeNum"], a["expertCapacity"], a["expertNum"],
+                                         a["dropPadMode"], a["expertTokensCountOrCumsumFlag"],
+                                         a["expertTokensBeforeCapacityFlag"])

@@ -20,5 +20,8 @@ core::Status Plan(const FinalizeRoutingV2Args& args, PlanPtr* plan,
                   std::vector<OutputSpec>* outputs = nullptr);
 core::Status Plan(const TokenPermuteWithRoutingMapArgs& args, PlanPtr* plan,
                   std::vector<OutputSpec>* outputs = nullptr);
+core::Status Plan(const InitRoutingV2Args& args, PlanPtr* plan, std::vector<OutputSpec>* outputs = nullptr);
+core::Status Plan(const InitRoutingV2GradArgs& args, PlanPtr* plan,
+                  std::vector<OutputSpec>* outputs = nullptr);
 
 }  // namespace moegrad::ops

@@ -11,5 +11,7 @@ void FinalizeRoutingV2Grad(const FinalizeRoutingV2GradArgs& a);
 void TokenPermuteWithRoutingMapGrad(const TokenPermuteWithRoutingMapGradArgs& a);
 void FinalizeRoutingV2(const FinalizeRoutingV2Args& a);
 void TokenPermuteWithRoutingMap(const TokenPermuteWithRoutingMapArgs& a);
+void InitRoutingV2(const InitRoutingV2Args& a);
+void InitRoutingV2Grad(const InitRoutingV2GradArgs& a);
 
 }  // namespace moegrad::ref

@@ -106,3 +106,33 @@ def make_view(t, layout, gen=None):
     if t.numel() > 1 and out.dim() >= 1:
         assert not out.is_contiguous()
     return out
+
+
+def init_routing_ref(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
+                     flag=0, before_capacity=False):
+    """MoeInitRoutingV2 in plain PyTorch: the token-major pairs p = n*K + k stably sorted by expert. Returns
+    (expanded_x, expanded_row_idx, count or cumsum or None, counts before capacity or None)."""
+    num_tokens, topk = expert_idx.shape
+    pairs = num_tokens * topk
+    experts = expert_idx.reshape(-1).long()
+    order = torch.sort(experts, stable=True).indices  # s: pairs by (expert, pair)
+    position = torch.empty_like(order)
+    position[order] = torch.arange(pairs)  # r(p)
+    token = torch.arange(pairs) // max(topk, 1)
+    if drop_pad_mode == 0:
+        rows = min(active_num, pairs) if active_num > 0 else pairs
+        expanded_x = x.index_select(0, token[order[:rows]])
+        counts = None
+        if flag in (1, 2):
+            count = torch.bincount(experts, minlength=expert_num)
+            counts = (torch.cumsum(count, 0) if flag == 1 else count).int()
+        return expanded_x, position.int(), counts, None
+    count = torch.bincount(experts, minlength=expert_num)
+    start = torch.cumsum(count, 0) - count
+    rank = position - start[experts]  # c_p
+    kept = rank < expert_capacity
+    row_idx = torch.where(kept, experts * expert_capacity + rank, torch.full_like(rank, -1))
+    flat = torch.zeros((expert_num * expert_capacity, x.shape[1]), dtype=x.dtype)
+    flat[row_idx[kept]] = x[token[kept]]
+    before = count.int() if before_capacity else None
+    return flat.reshape(expert_num, expert_capacity, x.shape[1]), row_idx.int(), None, before

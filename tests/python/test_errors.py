@@ -27,6 +27,14 @@ _FUNCTIONS = {
         permuted_token_output_grad="permutedTokenOutputGrad", sorted_indices="sortedIndices",
         num_experts="numExperts", tokens_num="tokensNum", drop_and_pad="dropAndPad",
         permuted_probs_output_grad="permutedProbsOutputGrad", routing_map="routingMap")),
+    "moe_init_routing_v2_grad": ("init_routing_v2_grad", dict(
+        grad_expanded_x="gradExpandedX", expanded_row_idx="expandedRowIdx", top_k="topK", drop_pad_mode="dropPadMode",
+        active_num="activeNum")),
+    "moe_init_routing_v2": ("init_routing_v2", dict(
+        x="x", expert_idx="expertIdx", active_num="activeNum", expert_capacity="expertCapacity",
+        expert_num="expertNum", drop_pad_mode="dropPadMode",
+        expert_tokens_count_or_cumsum_flag="expertTokensCountOrCumsumFlag",
+        expert_tokens_before_capacity_flag="expertTokensBeforeCapacityFlag")),
 }
 
 
@@ -47,6 +55,11 @@ def _base(function):
         return dict(grad_y=torch.randn(4, 3), expanded_row_idx=torch.randperm(8).int(), expanded_x=torch.randn(8, 3),
                     scales=torch.rand(4, 2), expert_idx=_i32(0, 1, 1, 0, 0, 1, 1, 0).view(4, 2),
                     bias=torch.randn(2, 3))
+    if function == "moe_init_routing_v2_grad":
+        return dict(grad_expanded_x=torch.randn(8, 3), expanded_row_idx=torch.randperm(8).int(), top_k=2)
+    if function == "moe_init_routing_v2":
+        return dict(x=torch.randn(4, 3), expert_idx=_i32(0, 2, 1, 2, 2, 0, 1, 1).view(4, 2), expert_num=3,
+                    expert_tokens_count_or_cumsum_flag=1)
     return dict(permuted_token_output_grad=torch.randn(8, 3), sorted_indices=torch.randperm(8).int(), num_experts=2,
                 tokens_num=4, permuted_probs_output_grad=torch.randn(8), routing_map=torch.ones(4, 2).bool())
 
@@ -59,6 +72,9 @@ def _outputs(function):
         "moe_finalize_routing_v2": dict(out=torch.empty(4, 3)),
         "moe_finalize_routing_v2_grad": dict(gradExpandedXOut=torch.empty(8, 3), gradScalesOut=torch.empty(4, 2)),
         "moe_token_permute_with_routing_map_grad": dict(tokensGradOut=torch.empty(4, 3), probsGradOut=torch.empty(4, 2)),
+        "moe_init_routing_v2_grad": dict(out=torch.empty(4, 3)),
+        "moe_init_routing_v2": dict(expandedXOut=torch.empty(8, 3), expandedRowIdxOut=torch.empty(8, dtype=torch.int32),
+                                    expertTokensCountOrCumsumOut=torch.empty(3, dtype=torch.int32)),
     }[function]
 
 
@@ -70,7 +86,7 @@ def _direct_message(function, kwargs, outputs):
     tensor_names, attr_names = _C.OPS[key]
     descs = [None if lib.get(n) is None else (lib[n].data_ptr(), _C.DTYPES[_CODES[lib[n].dtype]], tuple(lib[n].shape),
                                               tuple(lib[n].stride())) for n in tensor_names]
-    defaults = dict(numOutTokens=4, dropAndPad=0, dropPadMode=0, activeNum=0, expertNum=0, expertCapacity=0)
+    defaults = dict(numOutTokens=4, dropAndPad=0, dropPadMode=0, activeNum=0, expertNum=0, expertCapacity=0, topK=0)
     attrs = [int(lib.get(n, defaults.get(n, 0))) for n in attr_names]
     with pytest.raises(ValueError) as info:
         getattr(_C, key)(descs, attrs)
@@ -97,6 +113,8 @@ def _expanded(*sizes, dtype=torch.float32):
 
 _PERMUTE, _FINALIZE = "moe_token_permute_with_routing_map", "moe_finalize_routing_v2"
 _FINALIZE_GRAD, _PERMUTE_GRAD = "moe_finalize_routing_v2_grad", "moe_token_permute_with_routing_map_grad"
+_INIT_GRAD = "moe_init_routing_v2_grad"
+_INIT = "moe_init_routing_v2"
 
 CASES = [
     # Attributes the Python layer used to size outputs with: the library's rule comes first.
@@ -149,8 +167,24 @@ CASES = [
     Case("drop_pad_mode -1", _FINALIZE, dict(drop_pad_mode=-1), ValueError, ["dropPadMode = -1"], _outputs(_FINALIZE)),
     Case("drop_pad_mode 2 of the gradient", _FINALIZE_GRAD, dict(drop_pad_mode=2), ValueError, ["dropPadMode = 2"],
          _outputs(_FINALIZE_GRAD)),
+    Case("top_k 0", _INIT_GRAD, dict(top_k=0), ValueError, ["topK = 0 must be > 0"], _outputs(_INIT_GRAD)),
+    Case("top_k 3 (L = 8)", _INIT_GRAD, dict(top_k=3), ValueError,
+         ["expandedRowIdx has 8 elements, not a multiple of topK = 3"], _outputs(_INIT_GRAD)),
+    Case("active_num -1 of the init-routing gradient", _INIT_GRAD, dict(active_num=-1), ValueError,
+         ["activeNum = -1 must be >= 0"], _outputs(_INIT_GRAD)),
+    Case("drop_pad_mode 2 of the init-routing gradient", _INIT_GRAD, dict(drop_pad_mode=2), ValueError,
+         ["dropPadMode = 2 must be 0 (dropless) or 1 (drop/pad)"], _outputs(_INIT_GRAD)),
+    Case("2-D grad_expanded_x in mode 1", _INIT_GRAD, dict(drop_pad_mode=1), ValueError,
+         ["gradExpandedX must be 3-D (E, C, H) for dropPadMode 1 but has shape (8, 3)"], _outputs(_INIT_GRAD)),
+    Case("grad_expanded_x rows != activeNum", _INIT_GRAD, dict(active_num=5), ValueError,
+         ["gradExpandedX has 8 rows but must have 5 (activeNum 5)"], _outputs(_INIT_GRAD)),
+    Case("int64 expanded_row_idx of the init-routing gradient", _INIT_GRAD, dict(expanded_row_idx=torch.arange(8)),
+         ValueError, ["expandedRowIdx has dtype INT64 but must be INT32"], _outputs(_INIT_GRAD)),
+    Case("expanded_row_idx value past L", _INIT_GRAD, dict(expanded_row_idx=_i32(0, 1, 2, 3, 4, 5, 6, 8)), ValueError,
+         ["expandedRowIdx[7] = 8 is outside [0, 8) for dropPadMode 0"], _outputs(_INIT_GRAD)),
     # Python types of attributes.
     Case("num_experts True", _PERMUTE_GRAD, dict(num_experts=True), TypeError, ["numExperts must be an int, not bool"]),
+    Case("top_k 2.0", _INIT_GRAD, dict(top_k=2.0), TypeError, ["topK must be an int, not float"]),
     Case("tokens_num 4.0", _PERMUTE_GRAD, dict(tokens_num=4.0), TypeError, ["tokensNum must be an int, not float"]),
     Case("tokens_num float tensor", _PERMUTE_GRAD, dict(tokens_num=torch.tensor(4.0)), TypeError,
          ["tokensNum must be an int, not torch.Tensor"]),
@@ -197,6 +231,20 @@ CASES = [
          ["expertIdx (required with bias) is required but is null"], _outputs(_FINALIZE)),
     Case("drop_and_pad without num_out_tokens", _PERMUTE, dict(drop_and_pad=True), ValueError,
          ["num_out_tokens is required with drop_and_pad"]),
+    # MoeInitRoutingV2: attributes before shapes, the outputs from the query.
+    Case("expert_tokens_count_or_cumsum_flag 3", _INIT, dict(expert_tokens_count_or_cumsum_flag=3), ValueError,
+         ["expertTokensCountOrCumsumFlag = 3 must be 0 (none), 1 (cumsum) or 2 (count)"], _outputs(_INIT)),
+    Case("expert_num 0 with the cumsum", _INIT, dict(expert_num=0), ValueError,
+         ["expertNum = 0 must be > 0 for expertTokensCountOrCumsumFlag 1"], _outputs(_INIT)),
+    Case("active_num -1", _INIT, dict(active_num=-1), ValueError, ["activeNum = -1 must be >= 0"], _outputs(_INIT)),
+    Case("expert_idx of 5 rows", _INIT, dict(expert_idx=torch.zeros(5, 2, dtype=torch.int32)), ValueError,
+         ["expertIdx has shape (5, 2) but x has 4 rows"], _outputs(_INIT)),
+    Case("int64 expert_idx", _INIT, dict(expert_idx=torch.zeros(4, 2, dtype=torch.int64)), ValueError,
+         ["expertIdx has dtype INT64 but must be INT32"], _outputs(_INIT)),
+    Case("E*C past INT32", _INIT, dict(drop_pad_mode=1, expert_num=2**16, expert_capacity=2**15), ValueError,
+         ["expertNum*expertCapacity = 65536*32768 rows do not fit INT32 expandedRowIdx"]),
+    Case("expert_tokens_before_capacity_flag 2", _INIT, dict(expert_tokens_before_capacity_flag=2), ValueError,
+         ["expertTokensBeforeCapacityFlag = 2 must be a bool"]),
 ]
 
 # None for every required tensor, and a non-tensor (a numpy array, a list, an int) for every tensor, of every
@@ -325,6 +373,11 @@ def test_gradient_operator_outputs_are_not_differentiable(monkeypatch, through_o
                                                         routing_map=torch.ones(4, 2).bool())
     _raises_one_line(lambda: (tg.sum() + pg.sum()).backward(),
                      "MoeTokenPermuteWithRoutingMapGrad: " + _OUTPUTS.format("moe_token_permute_with_routing_map_grad"))
+    grad = torch.randn(8, 3, requires_grad=True)
+    out = mt.moe_init_routing_v2_grad(grad, torch.randperm(8).int(), 2)
+    _raises_one_line(lambda: out.sum().backward(),
+                     "MoeInitRoutingV2Grad: " + _OUTPUTS.format("moe_init_routing_v2_grad"))
+    assert not mt.moe_init_routing_v2_grad(grad.detach(), torch.randperm(8).int(), 2).requires_grad
     # Without an input that requires grad (or without grad mode) the outputs are plain tensors.
     tg, pg = mt.moe_token_permute_with_routing_map_grad(grad.detach(), torch.randperm(8).int(), 2, 4)
     assert not tg.requires_grad and pg is None

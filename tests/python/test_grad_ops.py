@@ -1,4 +1,4 @@
-"""The two gradient operators called directly, against their formulas evaluated element by element."""
+"""The gradient operators called directly, against their formulas evaluated element by element."""
 import pytest
 import torch
 
@@ -124,6 +124,81 @@ def test_token_permute_with_routing_map_grad_operator(dtype, weight_dtype, drop_
                                                                  probs_grad, routing_map)
     check_output(tokens_grad, want_t, (tokens, hidden), dtype, "tokens_grad")
     check_output(out_probs, want_p if with_probs else None, (tokens, experts), weight_dtype, "probs_grad")
+
+
+def init_routing_v2_grad_formula(grad_expanded_x, idx, top_k, mode):
+    """out[n] = sum over k of gradExpandedX[idx[n*K + k]], skipped values (mode 0: >= rows, mode 1: -1) left out
+    (float64)."""
+    hidden = grad_expanded_x.shape[-1]
+    rows = grad_expanded_x.double().reshape(-1, hidden)
+    padded = torch.cat([rows, torch.zeros(1, hidden, dtype=torch.float64)])  # row `len(rows)`: no term
+    v = idx.long().reshape(-1, top_k)
+    kept = v >= 0 if mode == 1 else v < rows.shape[0]
+    return padded[torch.where(kept, v, rows.shape[0])].sum(1)
+
+
+def init_routing_v2_indices(experts, capacity):
+    """expandedRowIdx as MoeInitRoutingV2 writes it for token-major expert ids: the pairs sorted by expert, stably;
+    capacity 0: each pair's position in that order, else e*C + its rank inside its expert (-1 from rank C on)."""
+    flat = experts.reshape(-1).long()
+    order = torch.sort(flat, stable=True).indices
+    position = torch.empty_like(order)
+    position[order] = torch.arange(flat.numel())
+    if capacity == 0:
+        return position.to(torch.int32)
+    start = torch.searchsorted(flat[order], flat)  # the first position of the pair's expert
+    rank = position - start
+    return torch.where(rank < capacity, flat * capacity + rank, -1).to(torch.int32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mode,active_num", [(0, 0), (0, 7), (0, 1000), (1, 0), (1, 3)])
+@pytest.mark.parametrize("indices", ["forward", "random"])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_init_routing_v2_grad_operator(dtype, mode, active_num, indices, layout):
+    tokens, topk, hidden, experts, capacity = 9, 3, 13, 4, 5
+    pairs = tokens * topk
+    if indices == "forward":
+        idx = init_routing_v2_indices(torch.randint(0, experts, (tokens, topk)), capacity if mode == 1 else 0)
+    elif mode == 0:
+        idx = torch.randint(0, pairs, (pairs,), dtype=torch.int32)  # repeats sum; values >= activeNum skipped
+    else:
+        idx = torch.randint(-1, experts * capacity, (pairs,), dtype=torch.int32)
+    rows = active_num if 0 < active_num < pairs else pairs
+    shape = (experts, capacity, hidden) if mode == 1 else (rows, hidden)
+    grad = make_view(torch.randn(shape).to(dtype), layout)
+
+    out = mt.moe_init_routing_v2_grad(grad, make_view(idx, layout), topk, drop_pad_mode=mode, active_num=active_num)
+    check_output(out, init_routing_v2_grad_formula(grad, idx, topk, mode), (tokens, hidden), dtype, "out")
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+def test_init_routing_v2_grad_is_the_backward_of_a_plain_pytorch_dispatch(mode):
+    """The forward as plain PyTorch (index_select of the token rows into expert-sorted order, drops left out),
+    differentiated by autograd, gives the operator's result; small integers keep every sum exact."""
+    tokens, topk, hidden, experts, capacity = 12, 2, 8, 3, 5
+    x = torch.randn(tokens, hidden, requires_grad=True)
+    idx = init_routing_v2_indices(torch.randint(0, experts, (tokens, topk)), capacity if mode == 1 else 0)
+    rows = experts * capacity if mode == 1 else tokens * topk
+    kept = idx >= 0
+    token_of_row = torch.zeros(rows, dtype=torch.long)
+    token_of_row[idx[kept].long()] = torch.arange(tokens * topk)[kept] // topk
+    filled = torch.zeros(rows, 1)
+    filled[idx[kept].long()] = 1.0
+    expanded = x.index_select(0, token_of_row) * filled  # rows no pair fills are +0
+    g = torch.randint(-8, 8, (rows, hidden)).float()
+    (want,) = torch.autograd.grad(expanded, x, g)
+    grad = g.reshape(experts, capacity, hidden) if mode == 1 else g
+    assert torch.equal(mt.moe_init_routing_v2_grad(grad, idx, topk, drop_pad_mode=mode), want)
+
+
+def test_init_routing_v2_grad_worked_examples():
+    g = torch.arange(1.0, 7.0).reshape(6, 1)
+    idx = torch.tensor([3, 0, 1, 2, 4, 5], dtype=torch.int32)
+    assert mt.moe_init_routing_v2_grad(g, idx, 2).flatten().tolist() == [5, 5, 11]
+    assert mt.moe_init_routing_v2_grad(g[:4], idx, 2, active_num=4).flatten().tolist() == [5, 5, 0]
+    idx = torch.tensor([4, 0, 1, 2, 5, -1], dtype=torch.int32)
+    assert mt.moe_init_routing_v2_grad(g.reshape(3, 2, 1), idx, 2, drop_pad_mode=1).flatten().tolist() == [6, 5, 6]
 
 
 def test_grad_operators_are_not_differentiable_but_accept_grad_inputs():

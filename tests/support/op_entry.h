@@ -14,6 +14,8 @@
 
 #include "aclnnop/aclnn_moe_finalize_routing_v2.h"
 #include "aclnnop/aclnn_moe_finalize_routing_v2_grad.h"
+#include "aclnnop/aclnn_moe_init_routing_v2.h"
+#include "aclnnop/aclnn_moe_init_routing_v2_grad.h"
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map.h"
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
 #include "moegrad/op_info.hpp"
@@ -37,6 +39,8 @@ MOEGRAD_TEST_OP_ENTRY(FinalizeRoutingV2Grad);
 MOEGRAD_TEST_OP_ENTRY(TokenPermuteWithRoutingMapGrad);
 MOEGRAD_TEST_OP_ENTRY(FinalizeRoutingV2);
 MOEGRAD_TEST_OP_ENTRY(TokenPermuteWithRoutingMap);
+MOEGRAD_TEST_OP_ENTRY(InitRoutingV2);
+MOEGRAD_TEST_OP_ENTRY(InitRoutingV2Grad);
 #undef MOEGRAD_TEST_OP_ENTRY
 
 // The argument struct of an OpInfo (what ForEachOp hands out).

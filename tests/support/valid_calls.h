@@ -84,4 +84,19 @@ inline ValidCall<TokenPermuteWithRoutingMapArgs> TokenPermuteWithRoutingMapCall(
   return v;
 }
 
+inline ValidCall<InitRoutingV2Args> InitRoutingV2Call() {  // N 2, K 2, H 4, E 3, dropless, activeNum 3, cumsum
+  ValidCall<InitRoutingV2Args> v;
+  v.Tensor("x", kF32, {2, 4}).Tensor("expertIdx", kI32, {2, 2}, {0, 2, 1, 2}).Tensor("expandedXOut", kF32, {3, 4});
+  v.Tensor("expandedRowIdxOut", kI32, {4}).Tensor("expertTokensCountOrCumsumOut", kI32, {3});
+  v.Attr("activeNum", 3).Attr("expertNum", 3).Attr("expertTokensCountOrCumsumFlag", 1);
+  return v;
+}
+
+inline ValidCall<InitRoutingV2GradArgs> InitRoutingV2GradCall() {  // N 2, K 2, H 4, drop/pad E 2, C 3
+  ValidCall<InitRoutingV2GradArgs> v;
+  v.Tensor("gradExpandedX", kF32, {2, 3, 4}).Tensor("expandedRowIdx", kI32, {4}, {0, 3, -1, 4});
+  v.Tensor("out", kF32, {2, 4}).Attr("topK", 2).Attr("dropPadMode", 1);
+  return v;
+}
+
 }  // namespace moegrad::testing

@@ -174,6 +174,18 @@ int RunBench(const BenchOptions& o) {
     std::fprintf(stderr, "moegrad bench: unknown --op '%s'; one of: %s\n", o.op.c_str(), OpChoices().c_str());
     return 2;
   }
+  // An operator without routing weights runs the token dtypes only (bf16+f32 would repeat its bf16 row).
+  auto runs = [](const BenchRow& row, const Precision& p) { return row.weights || p.weights == p.tokens; };
+  int total = 0;
+  for (const BenchRow* row : rows) {
+    for (const Precision& precision : precisions) total += runs(*row, precision) ? 1 : 0;
+  }
+  if (total == 0) {
+    std::fprintf(stderr,
+                 "moegrad bench: --op %s has no routing weights: run it with --dtype f32, f16, bf16 or all\n",
+                 o.op.c_str());
+    return 2;
+  }
 
   BenchReport report;
   report.preset = preset->name;
@@ -219,11 +231,11 @@ int RunBench(const BenchOptions& o) {
   report.copy_bytes_per_second = CopyBandwidth(report.threads);
 
   const CopyPair copy;
-  const int total = static_cast<int>(rows.size() * precisions.size());
   int index = 0;
   bool all_ok = true;
   for (const BenchRow* row : rows) {
     for (const Precision& precision : precisions) {
+      if (!runs(*row, precision)) continue;
       ++index;
       const std::string name = PrecisionName(precision.tokens, precision.weights);
       std::fprintf(stderr, "moegrad bench: [%d/%d] %s %s %s\n", index, total, row->op, row->mode, name.c_str());

@@ -41,7 +41,8 @@ void PrintUsage(FILE* f) {
                "                          a T whose tensors do not fit in the available memory is refused\n"
                "    --dtype f32|f16|bf16|bf16+f32|all\n"
                "                          float dtypes (default all): bf16+f32 = bf16 tokens with fp32 routing\n"
-               "                          weights (scales, probabilities and their gradients)\n"
+               "                          weights (scales, probabilities and their gradients); an operator\n"
+               "                          without routing weights runs f32, f16 and bf16 only\n"
                "    --op NAME|all         one operator, by name or CANN name (case-insensitive):\n");
   for (const OpName& op : OpNames()) std::fprintf(f, "                            %-36s %s\n", op.key, op.name);
   std::fprintf(f, "                          older spellings, still accepted:");

@@ -5,6 +5,8 @@
 
 #include "src/backend/finalize_routing_v2.h"
 #include "src/backend/finalize_routing_v2_grad.h"
+#include "src/backend/init_routing_v2.h"
+#include "src/backend/init_routing_v2_grad.h"
 #include "src/backend/op_backend.h"
 #include "src/backend/token_permute_with_routing_map.h"
 #include "src/backend/token_permute_with_routing_map_grad.h"
@@ -16,6 +18,8 @@ const OpBackend<FinalizeRoutingV2GradProblem>* For(const FinalizeRoutingV2GradPr
 const OpBackend<TokenPermuteWithRoutingMapGradProblem>* For(const TokenPermuteWithRoutingMapGradProblem*);
 const OpBackend<FinalizeRoutingV2Problem>* For(const FinalizeRoutingV2Problem*);
 const OpBackend<TokenPermuteWithRoutingMapProblem>* For(const TokenPermuteWithRoutingMapProblem*);
+const OpBackend<InitRoutingV2Problem>* For(const InitRoutingV2Problem*);
+const OpBackend<InitRoutingV2GradProblem>* For(const InitRoutingV2GradProblem*);
 
 // The one instance of an operator's CPU backend class, which its For() returns.
 template <typename Backend>

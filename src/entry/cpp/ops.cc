@@ -48,5 +48,7 @@ MOEGRAD_CPP_OPERATOR(FinalizeRoutingV2Grad)
 MOEGRAD_CPP_OPERATOR(TokenPermuteWithRoutingMapGrad)
 MOEGRAD_CPP_OPERATOR(FinalizeRoutingV2)
 MOEGRAD_CPP_OPERATOR(TokenPermuteWithRoutingMap)
+MOEGRAD_CPP_OPERATOR(InitRoutingV2)
+MOEGRAD_CPP_OPERATOR(InitRoutingV2Grad)
 
 }  // namespace moegrad

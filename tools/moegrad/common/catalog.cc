@@ -1,5 +1,7 @@
 #include "tools/moegrad/common/catalog.h"
 
+#include <algorithm>
+
 #include "moegrad/op_info.hpp"
 #include "tools/moegrad/common/op_names.h"
 #include "tools/moegrad/common/problems.h"
@@ -7,8 +9,9 @@
 namespace moegrad::tool {
 namespace {
 
-// The optional inputs a row passes.
-enum Inputs : unsigned { kScales = 1, kBias = 2, kProbs = 4 };
+// The optional inputs a row passes; for MoeInitRoutingV2 the outputs it asks for; kHalfActive: activeNum =
+// N*K/2 (the forward materializing half the rows).
+enum Inputs : unsigned { kScales = 1, kBias = 2, kProbs = 4, kCumsum = 8, kBeforeCapacity = 16, kHalfActive = 32 };
 
 // The makers: a row's mode (dropPadMode of the finalize operators, dropAndPad 0/1 of the permute operators)
 // and optional inputs set on its operator's config. FinalizeRoutingV2GradConfig and FinalizeRoutingV2Config
@@ -27,6 +30,28 @@ void Set(TokenPermuteWithRoutingMapConfig& c, int64_t mode, unsigned in) {
   c.drop_and_pad = mode != 0;
   c.probs = in & kProbs;
 }
+// Dropless: the cumsum, and with kHalfActive the first half of the rows (activeNum = N*K / 2); drop/pad: the
+// counts before capacity.
+void Set(InitRoutingV2Config& c, int64_t mode, unsigned in) {
+  c.mode = mode;
+  c.flag = in & kCumsum ? 1 : 0;
+  c.before_capacity = in & kBeforeCapacity;
+  c.active_num = in & kHalfActive ? std::max<int64_t>(1, c.shape.tokens * c.shape.topk / 2) : 0;
+}
+
+void Set(InitRoutingV2GradConfig& c, int64_t mode, unsigned in) {
+  c.mode = mode;
+  c.active_num = (in & kHalfActive) ? c.shape.tokens * c.shape.topk / 2 : 0;
+}
+
+// Whether the operator has routing weights (a tensor of the weight dtype group).
+template <typename Args>
+bool HasWeights() {
+  for (const TensorArg<Args>& arg : OpInfo<Args>::kTensors) {
+    if (arg.group == DTypeGroup::kWeights) return true;
+  }
+  return false;
+}
 
 // A row of the operator of Config::Args; everything else at the config's defaults (routed index data, every
 // tensor contiguous).
@@ -42,7 +67,7 @@ BenchRow Row(const char* mode_label, int64_t mode, unsigned inputs) {
     Set(c, mode, inputs);
     return MakeProblem(c);
   };
-  return {Info::kName, Info::kKey, mode_label, make};
+  return {Info::kName, Info::kKey, mode_label, HasWeights<typename Config::Args>(), make};
 }
 
 }  // namespace
@@ -60,6 +85,14 @@ const std::vector<BenchRow>& BenchRows() {
       Row<FinalizeRoutingV2Config>("mode3 drop-pad scales", 3, kScales),
       Row<TokenPermuteWithRoutingMapConfig>("dropless probs", 0, kProbs),
       Row<TokenPermuteWithRoutingMapConfig>("drop-pad probs", 1, kProbs),
+      // The V2 dispatch (forward of MoeFinalizeRoutingV2's modes 2, 3 and the gradients above).
+      Row<InitRoutingV2Config>("dropless cumsum", 0, kCumsum),
+      Row<InitRoutingV2Config>("dropless active-half cumsum", 0, kCumsum | kHalfActive),
+      Row<InitRoutingV2Config>("drop-pad before-capacity", 1, kBeforeCapacity),
+      // The init-routing gradient with the forward's indices: dropless, active-truncated, drop/pad.
+      Row<InitRoutingV2GradConfig>("dropless", 0, 0),
+      Row<InitRoutingV2GradConfig>("dropless active=N*K/2", 0, kHalfActive),
+      Row<InitRoutingV2GradConfig>("drop-pad", 1, 0),
   };
   return rows;
 }

@@ -16,6 +16,9 @@ struct BenchRow {
   const char* op;    // OpInfo<Args>::kName, e.g. "MoeFinalizeRoutingV2Grad"
   const char* key;   // OpInfo<Args>::kKey, for --op, the JSON and benchmark names, e.g. "finalize-routing-v2-grad"
   const char* mode;  // e.g. "dropless scales+bias"
+  // Whether the operator has routing weights: one without runs a mixed precision (bf16+f32) as nothing new, so
+  // `moegrad bench` and the benchmark suite run it in the token dtypes only.
+  bool weights;
   // `dtype`: the tokens' (every float tensor but the routing weights); `weight_dtype`: the weights' (scales,
   // probs and their gradients).
   std::function<std::unique_ptr<Problem>(const Shape& shape, DType dtype, DType weight_dtype, uint64_t seed)> make;

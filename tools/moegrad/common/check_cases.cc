@@ -115,6 +115,32 @@ void Draw(TokenPermuteWithRoutingMapConfig& c, std::mt19937_64& rng) {
   c.map_dtype = RandomMapDType(rng);
 }
 
+void Draw(InitRoutingV2Config& c, std::mt19937_64& rng) {
+  const bool routed = c.index == IndexData::kRouted;
+  c.mode = Uniform(rng, 0, 1);
+  c.shape.topk = Small(rng, Chance(rng, 5) ? 0 : 1, routed ? c.shape.experts : 6);
+  // Capacity below and above the demand (about N*K / E per expert).
+  c.shape.capacity = Chance(rng, 20) ? Uniform(rng, 1, 40) : Small(rng, 1, 6);
+  c.flag = Uniform(rng, 0, 2);
+  c.before_capacity = Chance(rng, 60);
+  const int64_t pairs = c.shape.tokens * c.shape.topk;
+  if (c.mode == 0 && pairs > 1 && Chance(rng, 30)) c.active_num = Uniform(rng, 1, pairs - 1);
+  if (c.mode == 0 && Chance(rng, 10)) c.active_num = pairs + Uniform(rng, 0, 3);
+  c.unused_counts = Chance(rng, 30);
+}
+
+void Draw(InitRoutingV2GradConfig& c, std::mt19937_64& rng) {
+  const bool routed = c.index == IndexData::kRouted;
+  c.shape.topk = Small(rng, 1, routed ? c.shape.experts : 6);
+  c.mode = Uniform(rng, 0, 1);
+  // The forward needs a capacity >= 1; arbitrary index data may also come with no rows at all (E, 0, H).
+  c.shape.capacity = Small(rng, routed ? 1 : 0, 6);
+  const int64_t pairs = c.shape.tokens * c.shape.topk;
+  if (c.mode == 0 && pairs > 1 && Chance(rng, 30)) c.active_num = Uniform(rng, 1, pairs - 1);
+  if (c.mode == 0 && Chance(rng, 10)) c.active_num = pairs + Uniform(rng, 0, 3);
+  if (c.mode == 1 && Chance(rng, 10)) c.active_num = Uniform(rng, 1, 9);  // ignored in mode 1
+}
+
 // One random case of the operator of Config::Args; `specials` fixes the kind of values instead of drawing it.
 template <typename Config>
 CheckCase RandomCase(std::mt19937_64& rng, std::optional<SpecialValues> specials) {
@@ -151,6 +177,8 @@ const std::vector<CheckOp>& CheckOps() {
       Op<TokenPermuteWithRoutingMapGradConfig>(),
       Op<FinalizeRoutingV2Config>(),
       Op<TokenPermuteWithRoutingMapConfig>(),
+      Op<InitRoutingV2Config>(),
+      Op<InitRoutingV2GradConfig>(),
   };
   return ops;
 }

@@ -1,4 +1,4 @@
-// The problem builders of the four operators: each config names one call (shape, dtypes, mode, optional
+// The problem builders of the operators: each config names one call (shape, dtypes, mode, optional
 // inputs, index data, layouts) of the operator whose arguments are Config::Args; MakeProblem builds random
 // inputs, the C++ API call and the reference call.
 #pragma once
@@ -83,5 +83,32 @@ struct TokenPermuteWithRoutingMapConfig : ProblemConfig {
   bool drop_pad() const { return drop_and_pad; }
 };
 std::unique_ptr<Problem> MakeProblem(const TokenPermuteWithRoutingMapConfig& c);
+
+// MoeInitRoutingV2 (the V2 dispatch): N = shape.tokens, K = shape.topk pairs per token, E = shape.experts;
+// C = shape.capacity in mode 1. Routed index data: K distinct experts per token (a top-k routing); random: ids
+// with repeats and empty experts, in mode 0 with flag 0 also ids past E. No weights. Minimum bytes: read the x
+// rows some output row copies (distinct*H) and expertIdx (N*K int32); write expandedX (A*H, or E*C*H),
+// expandedRowIdx (N*K int32) and the written count output (E int32).
+struct InitRoutingV2Config : ProblemConfig {
+  using Args = InitRoutingV2Args;
+  int64_t mode = 0;               // dropPadMode 0 (dropless) or 1 (drop/pad)
+  int64_t active_num = 0;         // mode 0: rows of expandedX when 0 < activeNum < N*K
+  int64_t flag = 0;               // expertTokensCountOrCumsumFlag: 0 none, 1 cumsum, 2 count (mode 0)
+  bool before_capacity = false;   // expertTokensBeforeCapacityFlag (mode 1)
+  bool unused_counts = false;     // also pass the count outputs the call does not write; they must stay untouched
+  bool drop_pad() const { return mode == 1; }
+};
+std::unique_ptr<Problem> MakeProblem(const InitRoutingV2Config& c);
+// MoeInitRoutingV2Grad: N = shape.tokens, K = shape.topk, E = shape.experts; C = shape.capacity in mode 1.
+// gradExpandedX is (A, H), A = min(activeNum, N*K) when activeNum > 0, else N*K, in mode 0 and (E, C, H) in mode 1.
+// No routing weights (weight_dtype is ignored). Minimum bytes: read the gradExpandedX rows some pair reads
+// (distinct*H), expandedRowIdx (N*K int32); write out (N*H).
+struct InitRoutingV2GradConfig : ProblemConfig {
+  using Args = InitRoutingV2GradArgs;
+  int64_t mode = 0;        // dropPadMode 0 (dropless) or 1 (drop/pad)
+  int64_t active_num = 0;  // mode 0: rows of gradExpandedX when 0 < activeNum < N*K
+  bool drop_pad() const { return mode == 1; }
+};
+std::unique_ptr<Problem> MakeProblem(const InitRoutingV2GradConfig& c);
 
 }  // namespace moegrad::tool

@@ -1,8 +1,9 @@
 // One-pass sums of gathered unit-stride rows, compiled once per SIMD target (include after foreach_target.h):
 // dst = rne(rows[0] + ... + rows[count - 1]) with the rows given as pointers (SumRowPtrs) or, for many rows, by
-// a function (SumManyRowsUnit). They are bit-identical to SumRowsOf of row_ops-inl.h with every scale 1 (the
-// same additions, left to right from the first row), which they replace on unit-stride rows, and read several
-// rows side by side, prefetched, with streaming stores for large outputs.
+// a function (SumManyRowsUnit), and a range of output rows each summing the rows an index names (GatherSums:
+// permute grad, init-routing grad). They are bit-identical to SumRowsOf of row_ops-inl.h with every scale 1
+// (the same additions, left to right from the first row), which they replace on unit-stride rows, and read
+// several rows side by side, prefetched, with streaming stores for large outputs.
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(MOEGRAD_KERNELS_ROW_OPS_GATHER_SUM_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -122,6 +123,47 @@ HWY_INLINE void SumRowPtrs(int64_t count, const T* const* rows, int64_t next_cou
     SumRowPtrsUnit<T, CanStream<T>()>(count, rows, next_count, next_rows, dst, n);
   } else {
     SumRowPtrsUnit<T, false>(count, rows, next_count, next_rows, dst, n);
+  }
+}
+
+// Up to this many rows are summed in one pass over the columns (more take a block of columns at a time).
+constexpr int64_t kGatherCached = 32;
+
+// Row t of dst = rne(sum of the count_of(t) rows row_of(t, 0..count) of src), in that order (zero when there are
+// none), for t in [begin, end): SumRowsOf with every scale 1, on any strides. Each row's source pointers are
+// looked up once, one row ahead, so that the next row's sources can be prefetched while this one's end.
+template <typename T, typename CountOf, typename RowOf>
+void GatherSums(const RowView& src, const RowView& dst, int64_t n, int64_t begin, int64_t end,
+                const CountOf& count_of, const RowOf& row_of, bool stream) {
+  const bool unit = src.col_stride == 1 && dst.col_stride == 1;
+  const T* rows[2][kGatherCached] = {};
+  int64_t counts[2] = {0, 0};
+  auto look_up = [&](int64_t t, int slot) {
+    counts[slot] = count_of(t);
+    if (counts[slot] > kGatherCached) return;
+    for (int64_t m = 0; m < counts[slot]; ++m) rows[slot][m] = src.Row<const T>(row_of(t, m));
+  };
+  int cur = 0;
+  if (begin < end) look_up(begin, cur);
+  for (int64_t t = begin; t < end; ++t) {
+    const int nxt = cur ^ 1;
+    counts[nxt] = 0;
+    if (t + 1 < end) look_up(t + 1, nxt);
+    const int64_t count = counts[cur];
+    T* out = dst.Row<T>(t);
+    auto row_at = [&](int64_t m) { return src.Row<const T>(row_of(t, m)); };
+    if (!unit) {
+      SumRowsOf<T>(
+          count, [&](int64_t m, float* scale) { *scale = 1.0f; return row_at(m); }, src.col_stride, out,
+          dst.col_stride, n);
+    } else if (count <= kGatherCached) {
+      SumRowPtrs<T>(count, rows[cur], counts[nxt] <= kGatherCached ? counts[nxt] : 0, rows[nxt], out, stream, n);
+    } else if (CanStream<T>() && stream && StreamAligned(out)) {
+      SumManyRowsUnit<T, CanStream<T>()>(count, row_at, out, n);
+    } else {
+      SumManyRowsUnit<T, false>(count, row_at, out, n);
+    }
+    cur = nxt;
   }
 }
 

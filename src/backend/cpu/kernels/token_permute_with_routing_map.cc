@@ -1,75 +1,18 @@
 // MoeTokenPermuteWithRoutingMap row copies. Unlike the arithmetic kernels these are not compiled per SIMD
 // target: rows are copied bit for bit (no widening or rounding), with memcpy or, for large outputs, 16-byte
-// streaming stores (baseline x86-64). The index passes, which read the routing map in vectors, are in
-// token_permute_with_routing_map_index.cc.
+// streaming stores (baseline x86-64; row_copy.h). The index passes, which read the routing map in vectors, are
+// in token_permute_with_routing_map_index.cc.
 #include "src/backend/cpu/kernels/token_permute_with_routing_map.h"
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
-
-#if defined(__x86_64__) || defined(_M_X64)
-#include <emmintrin.h>
-#include <xmmintrin.h>
-#endif
 
 #include "src/backend/cpu/inverse_index.h"
+#include "src/backend/cpu/kernels/row_copy.h"
 #include "src/backend/cpu/parallel.h"
 
 namespace moegrad::kernels {
 namespace {
-
-template <typename T>
-void CopyRow(const T* src, int64_t src_stride, T* dst, int64_t dst_stride, int64_t n) {
-  if (src_stride == 1 && dst_stride == 1) {
-    if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
-    return;
-  }
-  for (int64_t j = 0; j < n; ++j) dst[j * dst_stride] = src[j * src_stride];
-}
-
-// How far ahead of the loads the source rows are prefetched.
-constexpr int64_t kPrefetchBytes = 1024;
-
-// Makes this thread's streaming stores visible to every other thread (they are weakly ordered).
-void FlushStreams() {
-#if defined(__x86_64__) || defined(_M_X64)
-  _mm_sfence();
-#endif
-}
-
-// Copies one source row to each of `count` destination rows of `bytes` bytes (16-byte aligned): the source is
-// read from memory once and then from the cache, every destination written with streaming stores. While
-// the copies run, `next` (the next token's row, or null) is prefetched a slice per copy, so that it is in the
-// cache when its own copies start.
-void StreamCopyToMany(const char* src, const char* next, char* const* dsts, int64_t count, int64_t bytes) {
-#if defined(__x86_64__) || defined(_M_X64)
-  const int64_t lines = bytes / 64;
-  for (int64_t m = 0; m < count; ++m) {
-    char* dst = dsts[m];
-    // Copy m prefetches lines [m * lines / count, (m + 1) * lines / count) of next, one per 64 bytes copied.
-    int64_t pf = m * lines / count;
-    const int64_t pf_end = (m + 1) * lines / count;
-    int64_t i = 0;
-    for (; i + 64 <= bytes; i += 64) {
-      if (m == 0 && i + kPrefetchBytes < bytes) _mm_prefetch(src + i + kPrefetchBytes, _MM_HINT_T0);
-      if (next != nullptr && pf < pf_end) _mm_prefetch(next + 64 * pf++, _MM_HINT_T0);
-      const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-      const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-      const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-      const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), v0);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), v1);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), v2);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), v3);
-    }
-    if (i < bytes) std::memcpy(dst + i, src + i, static_cast<size_t>(bytes - i));
-  }
-#else
-  (void)next;
-  for (int64_t m = 0; m < count; ++m) std::memcpy(dsts[m], src, static_cast<size_t>(bytes));
-#endif
-}
 
 // permuteProbs[q] = probs[t][e], moved as an unsigned integer W of the probs' width.
 template <typename W>

@@ -13,48 +13,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
 
-// Up to this many rows are summed in one pass over the columns (more take a block of columns at a time).
-constexpr int64_t kCached = 32;
-
-// tokensGrad[t] = rne(sum of the count_of(t) rows row_of(t, 0..count)), in that order (zero when there are
-// none), for t in [begin, end). Each token's row pointers are looked up once, one token ahead, so that the
-// next token's rows can be prefetched while this one's end.
-template <typename T, typename CountOf, typename RowOf>
-void GatherSums(const TokenPermuteWithRoutingMapGradTask& p, int64_t begin, int64_t end, const CountOf& count_of,
-                const RowOf& row_of, bool stream) {
-  const int64_t H = p.hidden;
-  const bool unit = p.grad.col_stride == 1 && p.tokens_grad.col_stride == 1;
-  const T* rows[2][kCached] = {};
-  int64_t counts[2] = {0, 0};
-  auto look_up = [&](int64_t t, int slot) {
-    counts[slot] = count_of(t);
-    if (counts[slot] > kCached) return;
-    for (int64_t m = 0; m < counts[slot]; ++m) rows[slot][m] = p.grad.Row<const T>(row_of(t, m));
-  };
-  int cur = 0;
-  if (begin < end) look_up(begin, cur);
-  for (int64_t t = begin; t < end; ++t) {
-    const int nxt = cur ^ 1;
-    counts[nxt] = 0;
-    if (t + 1 < end) look_up(t + 1, nxt);
-    const int64_t count = counts[cur];
-    T* dst = p.tokens_grad.Row<T>(t);
-    auto row_at = [&](int64_t m) { return p.grad.Row<const T>(row_of(t, m)); };
-    if (!unit) {
-      SumRowsOf<T>(
-          count, [&](int64_t m, float* scale) { *scale = 1.0f; return row_at(m); }, p.grad.col_stride, dst,
-          p.tokens_grad.col_stride, H);
-    } else if (count <= kCached) {
-      SumRowPtrs<T>(count, rows[cur], counts[nxt] <= kCached ? counts[nxt] : 0, rows[nxt], dst, stream, H);
-    } else if (CanStream<T>() && stream && StreamAligned(dst)) {
-      SumManyRowsUnit<T, CanStream<T>()>(count, row_at, dst, H);
-    } else {
-      SumManyRowsUnit<T, false>(count, row_at, dst, H);
-    }
-    cur = nxt;
-  }
-}
-
 // probsGrad rows of dropless block b: the routed (t, e) take permutedProbsOutputGrad in expert-major order. Each
 // block of token rows starts from its own cursors, so blocks are independent and every entry is written exactly
 // once. W: the weights' element type (their dtype is independent of the tokens').
@@ -121,7 +79,7 @@ void TokenPermuteWithRoutingMapGradDroplessTyped(const TokenPermuteWithRoutingMa
     int64_t begin, end;
     internal::Balance211(p.tokens, parts, part, &begin, &end);
     GatherSums<T>(
-        p, begin, end, [&](int64_t) { return K; },
+        p.grad, p.tokens_grad, H, begin, end, [&](int64_t) { return K; },
         [&](int64_t t, int64_t k) { return p.sorted_indices.At<const int32_t>(t * K + k); }, stream);
     if (stream) hwy::FlushStream();
     if (!has_probs) return;
@@ -147,7 +105,7 @@ void TokenPermuteWithRoutingMapGradDropPadTyped(const TokenPermuteWithRoutingMap
     int64_t begin, end;
     internal::BalanceByCost(p.tokens, parts, part, [&](int64_t t) { return p.offsets[t] + t; }, &begin, &end);
     GatherSums<T>(
-        p, begin, end, [&](int64_t t) { return p.offsets[t + 1] - p.offsets[t]; },
+        p.grad, p.tokens_grad, H, begin, end, [&](int64_t t) { return p.offsets[t + 1] - p.offsets[t]; },
         [&](int64_t t, int64_t m) { return p.slots[p.offsets[t] + m]; }, stream);
     if (has_probs) WithFloatType(p.weight_dtype, [&](auto w) { DropPadProbsRows<decltype(w)>(p, begin, end); });
     if (stream) hwy::FlushStream();
