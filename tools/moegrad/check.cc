@@ -40,8 +40,7 @@ Status RunOnce(const Problem& p, bool one_call) {
 // `invalid` asks for a corrupted index; it is cleared when the problem has no index value to corrupt.
 std::string RunCase(CheckCase& k, std::mt19937_64& rng, int max_threads, bool* invalid) {
   Problem& p = *k.problem;
-  std::vector<std::vector<uint8_t>> before;
-  for (const OutputPair& o : p.outputs()) before.push_back(o.actual->Snapshot());
+  const std::vector<std::vector<uint8_t>> before = SnapshotOutputs(p);
   const int threads = static_cast<int>(rng() % static_cast<uint64_t>(max_threads)) + 1;
   SetNumThreads(threads);
   const bool one_call = rng() % 2 == 0;
@@ -67,18 +66,9 @@ std::string RunCase(CheckCase& k, std::mt19937_64& rng, int max_threads, bool* i
     return "";
   }
 
-  const Status s = RunOnce(p, one_call);
-  if (!s.ok()) return Format("status %d: %s", static_cast<int>(s.code()), s.message().c_str());
-  p.RunReference();
-  std::string mismatch;
-  if (!CompareOutputs(p, 0, &mismatch)) return mismatch;
-  std::vector<std::vector<uint8_t>> after;
-  for (size_t i = 0; i < before.size(); ++i) {
-    const OutputPair& o = p.outputs()[i];
-    if (!o.written && !o.actual->SameBytes(before[i])) return o.name + " was written although it is unused";
-    if (!o.actual->OutsideViewUnchanged(before[i])) return o.name + ": a byte outside its view changed";
-    after.push_back(o.actual->Snapshot());
-  }
+  const std::string failure = VerifyRun(p, RunOnce(p, one_call), before);
+  if (!failure.empty()) return failure;
+  const std::vector<std::vector<uint8_t>> after = SnapshotOutputs(p);
   // Bit-identical for every thread count.
   SetNumThreads(threads == max_threads ? 1 : max_threads);
   const Status again = RunOnce(p, !one_call);

@@ -128,6 +128,25 @@ bool CompareOutputs(const Problem& p, int64_t sample, std::string* message) {
   return true;
 }
 
+std::vector<std::vector<uint8_t>> SnapshotOutputs(const Problem& p) {
+  std::vector<std::vector<uint8_t>> bytes;
+  for (const OutputPair& o : p.outputs()) bytes.push_back(o.actual->Snapshot());
+  return bytes;
+}
+
+std::string VerifyRun(Problem& p, const Status& s, const std::vector<std::vector<uint8_t>>& before) {
+  if (!s.ok()) return Format("status %d: %s", static_cast<int>(s.code()), s.message().c_str());
+  p.RunReference();
+  std::string mismatch;
+  if (!CompareOutputs(p, 0, &mismatch)) return mismatch;
+  for (size_t i = 0; i < before.size(); ++i) {
+    const OutputPair& o = p.outputs()[i];
+    if (!o.written && !o.actual->SameBytes(before[i])) return o.name + " was written although it is unused";
+    if (!o.actual->OutsideViewUnchanged(before[i])) return o.name + ": a byte outside its view changed";
+  }
+  return "";
+}
+
 std::string Format(const char* fmt, ...) {
   char buf[512];
   va_list args;

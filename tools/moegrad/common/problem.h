@@ -179,6 +179,14 @@ void FillRoutingMap(const std::vector<uint8_t>& routed, bool any_nonzero, std::m
 // returns false and describes the first one in `message`.
 bool CompareOutputs(const Problem& p, int64_t sample, std::string* message);
 
+// The bytes of every output of p (before a call, for VerifyRun).
+std::vector<std::vector<uint8_t>> SnapshotOutputs(const Problem& p);
+
+// Checks a call that returned `s` on p, whose outputs held `before` (SnapshotOutputs) when it started: an OK
+// status, every written output equal to the reference (CompareOutputs, all elements), every unwritten output
+// untouched and no byte outside an output's view changed. Runs the reference. Returns "" or what went wrong.
+std::string VerifyRun(Problem& p, const Status& s, const std::vector<std::vector<uint8_t>>& before);
+
 // "%lld"-style formatting into a std::string.
 std::string Format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
