@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "src/backend/cpu/counting_blocks.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/index_checks.h"
 #include "src/backend/cpu/kernels/init_routing_v2.h"
@@ -16,11 +17,8 @@ using Task = kernels::InitRoutingV2Task;
 using core::Status;
 using core::WorkspaceLayout;
 
-// Pair blocks of the index computation: enough for every thread to get several, few enough that the
-// per-(block, expert) counts stay a small workspace.
+// Pair blocks of the index computation (CountingBlockSize): at least this many pairs each.
 constexpr int64_t kMinBlockPairs = 512;
-constexpr int64_t kMaxBlocks = 256;
-constexpr int64_t kMaxCountEntries = int64_t{1} << 20;
 
 // The problem with its pair blocks, and the workspace pieces of kernels::InitRoutingV2Scratch.
 struct Layout {
@@ -28,11 +26,8 @@ struct Layout {
     static_cast<Problem&>(task) = q;
     const int64_t P = q.pairs;
     task.bins = q.experts > 0 ? q.experts : int64_t{1} << kernels::kInitRoutingV2DigitBits;
-    int64_t block_pairs = std::max(kMinBlockPairs, internal::CeilDiv(P, kMaxBlocks));
-    const int64_t max_blocks = std::max<int64_t>(1, kMaxCountEntries / task.bins);
-    block_pairs = std::max(block_pairs, internal::CeilDiv(P, max_blocks));
-    task.block_pairs = block_pairs;
-    task.blocks = internal::CeilDiv(P, block_pairs);
+    task.block_pairs = CountingBlockSize(P, kMinBlockPairs, task.bins);
+    task.blocks = internal::CeilDiv(P, task.block_pairs);
     const uint64_t blocks = static_cast<uint64_t>(task.blocks);
     counts = l.Add(blocks, static_cast<uint64_t>(task.bins), sizeof(int64_t));
     bad = l.Add(blocks, sizeof(int64_t));

@@ -2,6 +2,7 @@
 // row counts checked before any output byte is written), then the row copies.
 #include <algorithm>
 
+#include "src/backend/cpu/counting_blocks.h"
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/index_checks.h"
 #include "src/backend/cpu/kernels/token_permute_with_routing_map.h"
@@ -15,24 +16,16 @@ using Task = kernels::TokenPermuteWithRoutingMapTask;
 using core::Status;
 using core::WorkspaceLayout;
 
-// Token blocks of the index computation: enough for every thread to get several, few enough that the
-// per-(block, expert) counts stay a small workspace.
+// Token blocks of the index computation (CountingBlockSize): at least this many tokens each.
 constexpr int64_t kMinBlockTokens = 64;
-constexpr int64_t kMaxBlocks = 256;
-constexpr int64_t kMaxCountEntries = int64_t{1} << 20;
 
 // The problem with its token blocks, and the workspace pieces of kernels::TokenPermuteWithRoutingMapScratch.
 struct Layout {
   explicit Layout(const Problem& q) {
     static_cast<Problem&>(task) = q;
     const int64_t T = q.tokens, E = q.experts;
-    int64_t block_tokens = std::max(kMinBlockTokens, internal::CeilDiv(T, kMaxBlocks));
-    if (E > 0) {
-      const int64_t max_blocks = std::max<int64_t>(1, kMaxCountEntries / E);
-      block_tokens = std::max(block_tokens, internal::CeilDiv(T, max_blocks));
-    }
-    task.block_tokens = block_tokens;
-    task.blocks = internal::CeilDiv(T, block_tokens);
+    task.block_tokens = CountingBlockSize(T, kMinBlockTokens, E);
+    task.blocks = internal::CeilDiv(T, task.block_tokens);
     const uint64_t n = static_cast<uint64_t>(q.out_rows);
     counts = l.Add(static_cast<uint64_t>(task.blocks) * static_cast<uint64_t>(E), sizeof(int64_t));
     bad = l.Add(2 * static_cast<uint64_t>(task.blocks), sizeof(int64_t));
