@@ -132,9 +132,11 @@ TEST(TokenUnpermuteWithRoutingMapErrors, EveryRuleInOrderDroplessWithProbs) {
       {"unpermutedTokens columns", Set(kOut, TestTensor(kF32, {kT, kH + 1})), kInvalid,
        "unpermutedTokens has 3 columns but permutedTokens has 2", 1},
       {"probs rows", Set(kProbs, TestTensor(kF32, {kT + 1, kE})), kInvalid,
-       "probsOptional has 4 rows but unpermutedTokens has T = 3", 1},
+       "routingMapOptional has 3 rows but probsOptional has 4", 1},
+      {"unpermutedTokens rows", Set(kOut, TestTensor(kF32, {kT + 1, kH})), kInvalid,
+       "unpermutedTokens has 4 rows but probsOptional has 3", 1},
       {"routingMap rows", Set(kMap, TestTensor(kI8, {kT - 1, kE})), kInvalid,
-       "routingMapOptional has 2 rows but unpermutedTokens has T = 3", 1},
+       "routingMapOptional has 2 rows but probsOptional has 3", 1},
       {"routingMap columns", Set(kMap, TestTensor(kI8, {kT, kE + 1})), kInvalid,
        "routingMapOptional has shape (3, 4) but probsOptional has shape (3, 3)", 1},
       // N = T*K.
@@ -208,7 +210,7 @@ TEST(TokenUnpermuteWithRoutingMapErrors, PadAndWithoutProbs) {
        },
        kInvalid, "permutedTokens has 6 rows, not a multiple of E = 4 (paddedMode true: N = E*C)", 1},
       {"pad: a routingMap that is not read is still checked", Set(kMap, TestTensor(kI8, {kT + 1, kE})), kInvalid,
-       "routingMapOptional has 4 rows but unpermutedTokens has T = 3", 1},
+       "routingMapOptional has 4 rows but probsOptional has 3", 1},
   };
   CheckTable(pad, [] { return Base(true); });
   const std::vector<Row> without = {
@@ -223,7 +225,7 @@ TEST(TokenUnpermuteWithRoutingMapErrors, PadAndWithoutProbs) {
       {"no probs: the routingMap is checked, not read", Set(kMap, TestTensor(kF32, {kT, kE})), kInvalid,
        "routingMapOptional has dtype FLOAT32 but must be INT8 or BOOL", 1},
       {"no probs: an unread routingMap's rows", Set(kMap, TestTensor(kI8, {kT + 1, kE})), kInvalid,
-       "routingMapOptional has 4 rows but unpermutedTokens has T = 3", 1},
+       "unpermutedTokens has 3 rows but routingMapOptional has 4", 1},
       {"no probs: a bad index", [](C& c) { c.t[kIdx]->SetI(4, 100); }, kInvalid,
        "sortedIndices[4] = 100 is outside [0, 6) for paddedMode false", 2},
   };

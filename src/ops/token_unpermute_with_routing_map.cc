@@ -91,33 +91,34 @@ Status Plan(const Args& a, PlanPtr* plan, std::vector<OutputSpec>* outputs) {
                     L(N));
     }
   }
-  // (T, H): unpermutedTokens' shape; an output query takes it from restoreShape, else from probs.
+  // T: the rows of probs, else of routingMap, which unpermutedTokens then has too; without either, those of
+  // unpermutedTokens (an output query: restoreShape's first value). H: the columns of permutedTokens.
+  const TensorView* t_from = probs != nullptr ? probs : map;
+  const char* t_name = probs != nullptr ? "probsOptional" : "routingMapOptional";
   int64_t T = 0;
-  const char* t_name = "unpermutedTokens";
-  if (out != nullptr) {
-    T = out->sizes[0];
-    if (out->sizes[1] != H) {
-      return c.Fail(StatusCode::kInvalid, "unpermutedTokens has %lld columns but permutedTokens has %lld",
-                    L(out->sizes[1]), L(H));
+  if (t_from != nullptr) {
+    T = t_from->sizes[0];
+    if (map != nullptr && map != t_from && map->sizes[0] != T) {
+      return c.Fail(StatusCode::kInvalid, "routingMapOptional has %lld rows but probsOptional has %lld",
+                    L(map->sizes[0]), L(T));
     }
-  } else if (restore != nullptr) {
-    t_name = "restoreShapeOptional";
-    if (restore->size() != 2 || (*restore)[0] < 0 || (*restore)[1] != H) {
-      return c.Fail(StatusCode::kInvalid, "restoreShapeOptional is %s but must be (T, H) with T >= 0 and H = %lld, "
-                    "the columns of permutedTokens", ArrayString(*restore).c_str(), L(H));
+    if (out != nullptr && out->sizes[0] != T) {
+      return c.Fail(StatusCode::kInvalid, "unpermutedTokens has %lld rows but %s has %lld", L(out->sizes[0]),
+                    t_name, L(T));
+    }
+  } else if (out != nullptr) {
+    T = out->sizes[0];
+  } else {
+    // An output query without probs: restoreShape (required there) is the shape.
+    if (restore->size() != 2 || (*restore)[0] < 0 || (*restore)[1] < 0) {
+      return c.Fail(StatusCode::kInvalid, "restoreShapeOptional is %s but must be (T, H) with T, H >= 0",
+                    ArrayString(*restore).c_str());
     }
     T = (*restore)[0];
-  } else {
-    t_name = "probsOptional";
-    T = probs->sizes[0];
   }
-  if (probs != nullptr && probs->sizes[0] != T) {
-    return c.Fail(StatusCode::kInvalid, "probsOptional has %lld rows but %s has T = %lld", L(probs->sizes[0]),
-                  t_name, L(T));
-  }
-  if (map != nullptr && map->sizes[0] != T) {
-    return c.Fail(StatusCode::kInvalid, "routingMapOptional has %lld rows but %s has T = %lld", L(map->sizes[0]),
-                  t_name, L(T));
+  if (out != nullptr && out->sizes[1] != H) {
+    return c.Fail(StatusCode::kInvalid, "unpermutedTokens has %lld columns but permutedTokens has %lld",
+                  L(out->sizes[1]), L(H));
   }
   if (map != nullptr && probs != nullptr && map->sizes[1] != probs->sizes[1]) {
     return c.Fail(StatusCode::kInvalid, "routingMapOptional has shape %s but probsOptional has shape %s",
@@ -150,10 +151,10 @@ Status Plan(const Args& a, PlanPtr* plan, std::vector<OutputSpec>* outputs) {
     }
     C = E > 0 ? N / E : 0;
   }
-  if (restore != nullptr && out != nullptr &&
-      (restore->size() != 2 || (*restore)[0] != T || (*restore)[1] != H)) {
+  // restoreShape, when given, is unpermutedTokens' (T, H).
+  if (restore != nullptr && (restore->size() != 2 || (*restore)[0] != T || (*restore)[1] != H)) {
     return c.Fail(StatusCode::kInvalid, "restoreShapeOptional is %s but unpermutedTokens is %s",
-                  ArrayString(*restore).c_str(), ShapeString(*out).text);
+                  ArrayString(*restore).c_str(), ShapeString({T, H}).text);
   }
   if (N > INT32_MAX) return c.Fail(StatusCode::kInvalid, "N = %lld rows cannot be indexed by INT32", L(N));
 
