@@ -612,6 +612,9 @@ TEST(OutputQuery, TokenUnpermuteWithRoutingMapErrorsAreThoseOfPhaseOne) {
   EXPECT_EQ(Query(c.CppArgs(true), &specs).message(),
             "MoeTokenUnpermuteWithRoutingMap: restoreShapeOptional is (-1, 6) but must be (T, H) with T, H >= 0");
   c.arrays[0] = std::vector<int64_t>{4, 5};
+  c.Set("unpermutedTokens", TestTensor(kBF16, {4, 6}));
+  c.Set("outIndex", TestTensor(kI32, {8}));
+  c.Set("permuteTokenId", TestTensor(kI32, {8}));
   EXPECT_EQ(Query(c.CppArgs(true), &specs).message(),
             "MoeTokenUnpermuteWithRoutingMap: restoreShapeOptional is (4, 5) but unpermutedTokens is (4, 6)");
   EXPECT_EQ(Describe(PhaseOne(c.CppArgs())), Describe(Query(c.CppArgs(true), &specs)));
