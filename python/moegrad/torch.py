@@ -159,10 +159,11 @@ def _run(key, tensors, attrs, arrays=None):
     inputs = _C.INFO[key]["inputs"]
     descs = [_desc(key, n, tensors.get(n)) if n in inputs else None for n in tensor_names]
     values = [int(_attr(key, n, attrs[n])) for n in attr_names]
-    lists = [_int_array(key, n, arrays.get(n)) for n in array_names]
-    outputs = {n: _empty(key, n, spec) for n, spec in getattr(_C, key + "_outputs")(descs, values, lists).items()}
+    # The integer arrays are a third argument of the operators that take any.
+    lists = ([_int_array(key, n, arrays.get(n)) for n in array_names],) if array_names else ()
+    outputs = {n: _empty(key, n, spec) for n, spec in getattr(_C, key + "_outputs")(descs, values, *lists).items()}
     descs = [_desc(key, n, outputs[n]) if n in outputs else d for n, d in zip(tensor_names, descs)]
-    getattr(_C, key)(descs, values, lists)
+    getattr(_C, key)(descs, values, *lists)
     return outputs
 
 
