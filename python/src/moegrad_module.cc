@@ -116,7 +116,8 @@ void DefineOperator(py::module_& m, py::dict& ops, py::dict& infos, moegrad::OpI
     attr_names.append(a.name);
     if (a.flag != nullptr) flags.append(a.name);
   }
-  for (size_t i = 0; i < moegrad::IntArraysOf<Args>::size; ++i) arrays.append(moegrad::IntArraysOf<Args>::Get()[i].name);
+  using Arrays = moegrad::IntArraysOf<Args>;
+  for (size_t i = 0; i < Arrays::size; ++i) arrays.append(Arrays::Get()[i].name);
   ops[py::str(name)] = py::make_tuple(tensor_names, attr_names);
   py::dict d;
   d["name"] = Info::kName;
