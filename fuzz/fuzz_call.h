@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -243,6 +244,8 @@ class OpFuzz {
     t_[i] = std::move(t);
     floats_[i] = true;
   }
+  // Integer array i (OpInfo<Args>::kIntArrays order); nullopt: absent.
+  void SetIntArray(size_t i, std::optional<std::vector<int64_t>> v) { arrays_.at(i) = std::move(v); }
   void SetAttr(const char* name, int64_t v) {
     const size_t i = testing::AttrIndex<Args>(name);
     if (i == attrs_.size()) Fail("no such attribute:", name);
@@ -273,7 +276,7 @@ class OpFuzz {
     for (size_t i = 0; i < kNumTensors; ++i) acl[i] = Acl(in_, t_[i].get());
     uint64_t ws_size = 0;
     aclOpExecutor* executor = reinterpret_cast<aclOpExecutor*>(&ws_size);  // must be overwritten
-    const aclnnStatus st = testing::AclnnPhaseOne<Args>(acl.data(), attrs_.data(), &ws_size, &executor);
+    const aclnnStatus st = testing::AclnnPhaseOne<Args>(acl.data(), attrs_.data(), &ws_size, &executor, &arrays_);
     if (!call_.PhaseOne(st, executor)) return false;
     bool ran = false;
     const aclnnStatus run = PhaseTwo(
@@ -298,7 +301,7 @@ class OpFuzz {
       if (t != nullptr) v[i] = t->View();
       args[i] = t != nullptr ? &v[i] : nullptr;
     }
-    testing::OpEntry<Args>::kReference(testing::MakeArgs<Args>(args.data(), attrs_.data()));
+    testing::OpEntry<Args>::kReference(testing::MakeArgs<Args>(args.data(), attrs_.data(), &arrays_));
     for (size_t i = kNumInputs; i < kNumTensors; ++i) {
       if (want_[i] == nullptr || (skip != nullptr && std::strcmp(skip, Info::kTensors[i].name) == 0)) continue;
       ExpectSameElements(*t_[i], *want_[i], Info::kTensors[i].name);
@@ -343,7 +346,7 @@ class OpFuzz {
       if (t_[i] != nullptr) v[i] = t_[i]->View();
       p[i] = t_[i] != nullptr ? &v[i] : nullptr;
     }
-    return testing::MakeArgs<Args>(p.data(), attrs_.data());
+    return testing::MakeArgs<Args>(p.data(), attrs_.data(), &arrays_);
   }
 
   Input& in_;
@@ -351,6 +354,7 @@ class OpFuzz {
   std::array<TensorPtr, kNumTensors> t_, want_;
   std::array<bool, kNumTensors> floats_{};
   std::array<int64_t, testing::kNumAttrs<Args>> attrs_{};
+  testing::IntArrays<Args> arrays_{};
 };
 
 }  // namespace moegrad::fuzz

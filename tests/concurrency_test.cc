@@ -48,7 +48,7 @@ using testing::TestTensor;
 constexpr int kThreads = 4;
 constexpr int kRounds = 3;
 enum Op { kFinalizeRoutingV2Grad, kFinalizeRoutingV2, kTokenPermuteWithRoutingMap, kTokenPermuteWithRoutingMapGrad,
-          kInitRoutingV2, kInitRoutingV2Grad, kNumOps };
+          kInitRoutingV2, kInitRoutingV2Grad, kTokenUnpermuteWithRoutingMap, kNumOps };
 
 std::vector<int32_t> Permutation(int64_t n, std::mt19937_64& rng) {
   std::vector<int32_t> p(static_cast<size_t>(n));
@@ -75,6 +75,8 @@ struct Workload {
   TestTensor ir_x, ir_idx, ir_out, ir_row_idx, ir_counts;
   // MoeInitRoutingV2Grad, dropPadMode 0 with activeNum R*K - R/2 (the pairs reading rows past it skipped).
   TestTensor ig_grad, ig_idx, ig_out;
+  // MoeTokenUnpermuteWithRoutingMap: dropless with probs (even seeds), or pad without probs (odd seeds).
+  TestTensor uf_x, uf_idx, uf_map, uf_probs, uf_out, uf_out_index, uf_token_id, uf_out_probs;
   // The calls over those tensors (which they point to: a Workload stays where it was made).
   TestCall<FinalizeRoutingV2GradArgs> finalize_routing_v2_grad;
   TestCall<FinalizeRoutingV2Args> finalize_routing_v2;
@@ -82,6 +84,7 @@ struct Workload {
   TestCall<TokenPermuteWithRoutingMapGradArgs> token_permute_with_routing_map_grad;
   TestCall<InitRoutingV2Args> init_routing_v2;
   TestCall<InitRoutingV2GradArgs> init_routing_v2_grad;
+  TestCall<TokenUnpermuteWithRoutingMapArgs> token_unpermute_with_routing_map;
 
   explicit Workload(int seed)
       : R(80 + 24 * seed), K(1 + seed % 4), H(384 + 40 * seed + seed % 3), E(8 + 4 * seed),
@@ -166,6 +169,22 @@ struct Workload {
     init_routing_v2.attrs = {active, drop_pad ? capacity : 0, E, drop_pad ? 1 : 0, 1, drop_pad};
     init_routing_v2_grad.tensors = {&ig_grad, &ig_idx, &ig_out};
     init_routing_v2_grad.attrs = {K, 0, R * K - R / 2};  // topK, dropPadMode, activeNum
+
+    // Pad: E experts of capacity K, each row a random token.
+    std::vector<int32_t> tokens(static_cast<size_t>(E * K));
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(R));
+    uf_x = f({drop_pad ? E * K : R * K, H});
+    uf_idx = drop_pad ? i32({E * K}, tokens) : i32({R * K}, Permutation(R * K, rng));
+    uf_map = map;
+    uf_probs = f({R, E});
+    uf_out = out(dt, {R, H});
+    uf_out_index = out(DType::kInt32, {drop_pad ? E * K : R * K});
+    uf_token_id = out(DType::kInt32, {drop_pad ? E * K : R * K});
+    uf_out_probs = out(dt, {R * K});
+    token_unpermute_with_routing_map.tensors = {&uf_x,   &uf_idx,       &uf_map,      drop_pad ? nullptr : &uf_probs,
+                                                &uf_out, &uf_out_index, &uf_token_id, drop_pad ? nullptr : &uf_out_probs};
+    token_unpermute_with_routing_map.attrs = {drop_pad};  // paddedMode
+    if (drop_pad) token_unpermute_with_routing_map.arrays[0] = std::vector<int64_t>{R, H};  // restoreShape
   }
   Workload(const Workload&) = delete;
   Workload& operator=(const Workload&) = delete;
@@ -179,6 +198,7 @@ struct Workload {
       case kTokenPermuteWithRoutingMap: return fn(token_permute_with_routing_map);
       case kTokenPermuteWithRoutingMapGrad: return fn(token_permute_with_routing_map_grad);
       case kInitRoutingV2Grad: return fn(init_routing_v2_grad);
+      case kTokenUnpermuteWithRoutingMap: return fn(token_unpermute_with_routing_map);
       default: return fn(init_routing_v2);
     }
   }

@@ -223,5 +223,34 @@ TEST(EmptyBatch, InitRoutingV2GradWithoutTokens) {
   }
 }
 
+// No tokens (T = 0, N = 0) with every combination of routingMap, probs, permuteProbs and restoreShape, in both
+// modes: probs needs permuteProbs (and dropless a routingMap); without probs restoreShape is required.
+TEST(EmptyBatch, TokenUnpermuteWithRoutingMapEveryOptionalCombination) {
+  constexpr int64_t H = 6, E = 4;
+  int ok = 0;
+  for (const bool pad : {false, true}) {
+    for (unsigned mask = 0; mask < 16; ++mask) {
+      ValidCall<TokenUnpermuteWithRoutingMapArgs> v;
+      v.Tensor("permutedTokens", kF32, {0, H}).Tensor("sortedIndices", kI32, {0});
+      v.Tensor("routingMapOptional", DType::kInt8, {0, E}).Tensor("probsOptional", kF32, {0, E});
+      v.Tensor("unpermutedTokens", kF32, {0, H}).Tensor("outIndex", kI32, {0}).Tensor("permuteTokenId", kI32, {0});
+      v.Tensor("permuteProbs", kF32, {0}).Attr("paddedMode", pad);
+      if (!Has(mask, 0)) Remove(v, "routingMapOptional");
+      if (!Has(mask, 1)) Remove(v, "probsOptional");
+      if (!Has(mask, 2)) Remove(v, "permuteProbs");
+      if (Has(mask, 3)) v.arrays[0] = std::vector<int64_t>{0, H};
+      const bool probs = Has(mask, 1);
+      std::string part;
+      if (!probs && !Has(mask, 3)) part = "restoreShapeOptional is required when probsOptional is null";
+      else if (probs && !pad && !Has(mask, 0)) part = "routingMapOptional (required with probsOptional";
+      else if (probs && !Has(mask, 2)) part = "permuteProbs (required with probsOptional)";
+      ok += part.empty();
+      Expect(v, part.empty(), StatusCode::kNullptr, part,
+             std::string(pad ? "pad" : "dropless") + " mask " + std::to_string(mask));
+    }
+  }
+  EXPECT_EQ(ok, 6 + 8);  // dropless: 4 without probs, 2 with them; pad: 4 and 4
+}
+
 }  // namespace
 }  // namespace moegrad::testing

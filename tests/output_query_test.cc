@@ -28,6 +28,7 @@ template <typename Args>
 struct Call {
   std::array<std::optional<TestTensor>, kNumTensors<Args>> t;
   std::array<int64_t, kNumAttrs<Args>> attrs{};
+  IntArrays<Args> arrays{};
   std::string what;
 
   std::optional<TestTensor>& operator[](const char* name) {
@@ -44,7 +45,7 @@ struct Call {
       const bool output = OpInfo<Args>::kTensors[i].role == ArgRole::kOutput;
       views[i] = t[i] && !(without_outputs && output) ? &t[i]->view() : nullptr;
     }
-    return MakeArgs<Args>(views.data(), attrs.data());
+    return MakeArgs<Args>(views.data(), attrs.data(), &arrays);
   }
 };
 
@@ -349,6 +350,48 @@ TEST(OutputQuery, FinalizeRoutingV2TakesRFromTheFirstRowsInput) {
   EXPECT_EQ(Describe(PhaseOne(c.CppArgs())), Describe(s));
 }
 
+// Both modes, T 0 or 4, K / C 0 or 2, probs none or in either dtype, restoreShape given or not (required
+// without probs), a routing map without probs in pad mode.
+std::vector<Call<TokenUnpermuteWithRoutingMapArgs>> TokenUnpermuteWithRoutingMapCalls() {
+  std::vector<Call<TokenUnpermuteWithRoutingMapArgs>> calls;
+  std::mt19937_64 rng(11);
+  const int64_t E = 3, H = 6;
+  for (bool pad : {false, true}) {
+    for (int64_t T : {0, 4}) {
+      for (int64_t k_or_c : {0, 2}) {
+        for (int probs_dtype = 0; probs_dtype < 3; ++probs_dtype) {  // none, BFLOAT16 (the tokens'), FLOAT32
+          for (bool restore : {false, true}) {
+            const bool probs = probs_dtype > 0;
+            if (!probs && !restore) continue;
+            const int64_t N = pad ? E * k_or_c : T * k_or_c;
+            if (pad && T == 0 && N > 0) continue;  // no token for a row to name
+            Call<TokenUnpermuteWithRoutingMapArgs> c;
+            c.Set("permutedTokens", TestTensor(kBF16, {N, H}, Layout::kPadded));
+            c.Set("sortedIndices", TestTensor(kI32, {N}));
+            for (int64_t i = 0; i < N; ++i) c["sortedIndices"]->SetI(i, 0);
+            if (probs || pad) {
+              c.Set("routingMapOptional", TestTensor(DType::kBool, {T, E}));
+              SetRoutingMap(*c["routingMapOptional"], RandomRouting(T, E, pad, k_or_c, 0.5, rng));
+            }
+            if (probs) c.Set("probsOptional", TestTensor(probs_dtype == 1 ? kBF16 : kF32, {T, E}));
+            c.attrs = {pad ? 1 : 0};
+            if (restore) c.arrays[0] = std::vector<int64_t>{T, H};
+            c.what = std::string(pad ? "pad" : "dropless") + " T " + std::to_string(T) + " K/C " +
+                     std::to_string(k_or_c) + (probs ? " probs" : "") + (probs_dtype == 2 ? " FLOAT32" : "") +
+                     (restore ? " restore" : "");
+            calls.push_back(c);
+          }
+        }
+      }
+    }
+  }
+  return calls;
+}
+
+TEST(OutputQuery, TokenUnpermuteWithRoutingMapReportsWhatPhaseOneAccepts) {
+  for (auto& c : TokenUnpermuteWithRoutingMapCalls()) ExpectQueryMatchesPhaseOne(c, Always);
+}
+
 TEST(OutputQuery, TokenPermuteWithRoutingMapReportsWhatPhaseOneAccepts) {
   for (auto& c : TokenPermuteWithRoutingMapCalls()) ExpectQueryMatchesPhaseOne(c, Always);
 }
@@ -534,6 +577,47 @@ TEST(OutputQuery, InitRoutingV2GradErrorsAreThoseOfPhaseOne) {
       {"rows != L", [](C& c) { c.Attr("activeNum", 0); }},
       {"rows != L, activeNum >= L", [](C& c) { c.Attr("activeNum", 12); }},
   });
+}
+
+TEST(OutputQuery, TokenUnpermuteWithRoutingMapErrorsAreThoseOfPhaseOne) {
+  using C = Call<TokenUnpermuteWithRoutingMapArgs>;
+  for (const char* what : {"dropless T 4 K/C 2 probs FLOAT32", "pad T 4 K/C 2 probs restore"}) {
+    const C base = Find(TokenUnpermuteWithRoutingMapCalls(), what);
+    ExpectSameErrors<TokenUnpermuteWithRoutingMapArgs>(base, {
+        {"no probs, no restoreShape", [](C& c) { c["probsOptional"].reset(); c.arrays[0].reset(); }},
+        {"permutedTokens 1-D", [](C& c) { c.Set("permutedTokens", TestTensor(kBF16, {8})); }},
+        {"permutedTokens INT32", [](C& c) { c.Set("permutedTokens", TestTensor(kI32, {8, 6})); }},
+        {"sortedIndices 2-D", [](C& c) { c.Set("sortedIndices", TestTensor(kI32, {8, 1})); }},
+        {"sortedIndices INT64", [](C& c) { c.Set("sortedIndices", TestTensor(DType::kInt64, {8})); }},
+        {"sortedIndices rows", [](C& c) { c.Set("sortedIndices", TestTensor(kI32, {7})); }},
+        {"routingMap FLOAT32", [](C& c) { c.Set("routingMapOptional", TestTensor(kF32, {4, 3})); }},
+        {"routingMap rows", [](C& c) { c.Set("routingMapOptional", TestTensor(DType::kBool, {5, 3})); }},
+        {"probs 1-D", [](C& c) { c.Set("probsOptional", TestTensor(kF32, {12})); }},
+        {"probs INT8", [](C& c) { c.Set("probsOptional", TestTensor(DType::kInt8, {4, 3})); }},
+        {"probs rows", [](C& c) { c.Set("probsOptional", TestTensor(c["probsOptional"]->dtype(), {5, 3})); }},
+        {"probs columns", [](C& c) { c.Set("probsOptional", TestTensor(c["probsOptional"]->dtype(), {4, 4})); }},
+        {"restoreShape (4, 5)", [](C& c) { c.arrays[0] = std::vector<int64_t>{4, 5}; }},
+        {"restoreShape (4,)", [](C& c) { c.arrays[0] = std::vector<int64_t>{4}; }},
+        {"restoreShape (5, 6)", [](C& c) { c.arrays[0] = std::vector<int64_t>{5, 6}; }},
+    });
+  }
+  // Without probs or a routing map T comes from restoreShape alone (phase one compares it with unpermutedTokens).
+  std::vector<OutputSpec> specs;
+  C c = Find(TokenUnpermuteWithRoutingMapCalls(), "dropless T 4 K/C 2 restore");
+  c.arrays[0] = std::vector<int64_t>{2, 6};
+  ASSERT_TRUE(Query(c.CppArgs(true), &specs).ok());
+  EXPECT_EQ(SizesOf(specs[0]), (std::vector<int64_t>{2, 6}));
+  EXPECT_FALSE(specs[3].written);
+  c.arrays[0] = std::vector<int64_t>{-1, 6};
+  EXPECT_EQ(Query(c.CppArgs(true), &specs).message(),
+            "MoeTokenUnpermuteWithRoutingMap: restoreShapeOptional is (-1, 6) but must be (T, H) with T, H >= 0");
+  c.arrays[0] = std::vector<int64_t>{4, 5};
+  c.Set("unpermutedTokens", TestTensor(kBF16, {4, 6}));
+  c.Set("outIndex", TestTensor(kI32, {8}));
+  c.Set("permuteTokenId", TestTensor(kI32, {8}));
+  EXPECT_EQ(Query(c.CppArgs(true), &specs).message(),
+            "MoeTokenUnpermuteWithRoutingMap: restoreShapeOptional is (4, 5) but unpermutedTokens is (4, 6)");
+  EXPECT_EQ(Describe(PhaseOne(c.CppArgs())), Describe(Query(c.CppArgs(true), &specs)));
 }
 
 // Malformed inputs and devices: the generic checks of every tensor (Tensors) come first in both.

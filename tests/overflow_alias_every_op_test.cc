@@ -119,6 +119,19 @@ void SetSmallCall(Arena& arena, InitRoutingV2GradArgs& a) {
   a.out = TensorView(arena.Slot(2), DType::kFloat16, {4, 8});
 }
 
+// Dropless with probs (K = 2 of 3 experts) and restoreShape.
+void SetSmallCall(Arena& arena, TokenUnpermuteWithRoutingMapArgs& a) {
+  a.permuted_tokens = TensorView(arena.Slot(0), DType::kBFloat16, {8, 8});
+  a.sorted_indices = TensorView(arena.Slot(1), DType::kInt32, {8});
+  a.routing_map = TensorView(arena.Slot(2), DType::kInt8, {4, 3});
+  a.probs = TensorView(arena.Slot(3), DType::kFloat32, {4, 3});
+  a.restore_shape = std::vector<int64_t>{4, 8};
+  a.unpermuted_tokens = TensorView(arena.Slot(4), DType::kBFloat16, {4, 8});
+  a.out_index = TensorView(arena.Slot(5), DType::kInt32, {8});
+  a.permute_token_id = TensorView(arena.Slot(6), DType::kInt32, {8});
+  a.permute_probs = TensorView(arena.Slot(7), DType::kFloat32, {8});
+}
+
 // Runs `check` on each operator's fresh small call.
 void ForEachSmallCall(const std::function<void(OpUnderTest&)>& check) {
   Arena arena;
@@ -269,6 +282,23 @@ TEST(EveryOperatorOverflow, ExtremeAttributesWithEmptyTensors) {
       expect_status(CppPlan(q), "permute grad tokensNum");
       q.num_experts = 4;
       expect_status(CppPlan(q), "permute grad tokensNum, 4 experts");
+    }
+
+    // MoeTokenUnpermuteWithRoutingMap: restoreShape (v, 0) and (0, v) with N = 0 rows, T = v tokens of H = 0.
+    for (const bool pad : {false, true}) {
+      TokenUnpermuteWithRoutingMapArgs u;
+      const int64_t tokens = v > 0 ? v : 1;
+      u.permuted_tokens = TensorView(Fake(0), DType::kFloat32, {0, 0});
+      u.sorted_indices = TensorView(Fake(1), DType::kInt32, {0});
+      u.padded_mode = pad;
+      u.restore_shape = std::vector<int64_t>{v, 0};
+      u.unpermuted_tokens = TensorView(Fake(2), DType::kFloat32, {tokens, 0});
+      u.out_index = TensorView(Fake(3), DType::kInt32, {0});
+      u.permute_token_id = TensorView(Fake(4), DType::kInt32, {0});
+      expect_status(CppPlan(u), "unpermute restoreShape (v, 0)");
+      expect_status(AclPlan(u), "unpermute restoreShape (v, 0) (aclnn)");
+      u.restore_shape = std::vector<int64_t>{0, v};
+      expect_status(CppPlan(u), "unpermute restoreShape (0, v)");
     }
 
     // MoeInitRoutingV2Grad: topK = v, activeNum = v and dropPadMode = v with L = 0 pairs.

@@ -54,7 +54,8 @@ Outcome AclPlan(const Args& a) {
   uint64_t ws = 0;
   aclOpExecutor* ex = reinterpret_cast<aclOpExecutor*>(Fake(99));
   const auto attrs = testing::AttrsOf(a);
-  const aclnnStatus st = testing::AclnnPhaseOne<Args>(raw, attrs.data(), &ws, &ex);
+  const auto arrays = testing::IntArraysOfArgs(a);
+  const aclnnStatus st = testing::AclnnPhaseOne<Args>(raw, attrs.data(), &ws, &ex, &arrays);
   if (st == ACLNN_SUCCESS) {
     aclDestroyAclOpExecutor(ex);
   } else {

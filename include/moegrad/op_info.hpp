@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "moegrad/ops.hpp"
@@ -75,6 +77,21 @@ struct AttrArg {
   }
 };
 
+// One optional integer-array attribute of `Args` (aclIntArray in the aclnn signature, where the arrays follow
+// the integer and boolean attributes): absent or a list of values.
+template <typename Args>
+struct IntArrayArg {
+  const char* name;  // e.g. "restoreShapeOptional"
+  std::optional<std::vector<int64_t>> Args::*value;
+
+  const std::vector<int64_t>* Get(const Args& a) const { return (a.*value) ? &*(a.*value) : nullptr; }
+  // Stores a copy of `v` (null: absent).
+  void Set(Args& a, const std::vector<int64_t>* v) const {
+    if (v != nullptr) a.*value = *v;
+    else (a.*value).reset();
+  }
+};
+
 namespace op_info {
 
 constexpr DTypeGroup kTokens = DTypeGroup::kTokens;
@@ -107,11 +124,13 @@ template <typename A>
 constexpr AttrArg<A> Attr(const char* name, int64_t A::*m) { return {name, m, nullptr}; }
 template <typename A>
 constexpr AttrArg<A> Attr(const char* name, bool A::*m) { return {name, nullptr, m}; }
+template <typename A>
+constexpr IntArrayArg<A> IntArray(const char* name, std::optional<std::vector<int64_t>> A::*m) { return {name, m}; }
 
 }  // namespace op_info
 
 // Specialized below for each operator's argument struct: kName, kKey, kPlan / kRun / kInfer (its C++ API
-// functions), kTensors, kAttrs.
+// functions), kTensors, kAttrs, and kIntArrays for an operator that takes integer arrays (IntArraysOf).
 template <typename Args>
 struct OpInfo;
 
@@ -251,6 +270,41 @@ struct OpInfo<InitRoutingV2GradArgs> {
                                           op_info::Attr("activeNum", &A::active_num)};
 };
 
+template <>
+struct OpInfo<TokenUnpermuteWithRoutingMapArgs> {
+  using A = TokenUnpermuteWithRoutingMapArgs;
+  static constexpr Status (*kPlan)(const A&, Plan*) = &PlanTokenUnpermuteWithRoutingMap;  // phase one
+  static constexpr Status (*kRun)(const A&) = &TokenUnpermuteWithRoutingMap;               // plan, allocate, run
+  static constexpr Status (*kInfer)(const A&, std::vector<OutputSpec>*) =  // output query
+      &InferTokenUnpermuteWithRoutingMapOutputs;
+  static constexpr const char* kName = "MoeTokenUnpermuteWithRoutingMap";
+  static constexpr const char* kKey = "token-unpermute-with-routing-map";
+  static constexpr TensorArg<A> kTensors[] = {
+      op_info::In("permutedTokens", &A::permuted_tokens, op_info::kTokens),
+      op_info::In("sortedIndices", &A::sorted_indices),
+      op_info::In("routingMapOptional", &A::routing_map),
+      op_info::In("probsOptional", &A::probs, op_info::kWeights),
+      op_info::Out("unpermutedTokens", &A::unpermuted_tokens, op_info::kTokens),
+      op_info::Out("outIndex", &A::out_index),
+      op_info::Out("permuteTokenId", &A::permute_token_id),
+      op_info::Out("permuteProbs", &A::permute_probs, op_info::kWeights, &A::probs)};
+  static constexpr AttrArg<A> kAttrs[] = {op_info::Attr("paddedMode", &A::padded_mode)};
+  static constexpr IntArrayArg<A> kIntArrays[] = {op_info::IntArray("restoreShapeOptional", &A::restore_shape)};
+};
+
+// The integer-array attributes of an operator (OpInfo<Args>::kIntArrays), none for most: `size` of them at
+// `Get()`.
+template <typename Args, typename = void>
+struct IntArraysOf {
+  static constexpr size_t size = 0;
+  static constexpr const IntArrayArg<Args>* Get() { return nullptr; }
+};
+template <typename Args>
+struct IntArraysOf<Args, std::void_t<decltype(OpInfo<Args>::kIntArrays)>> {
+  static constexpr size_t size = std::size(OpInfo<Args>::kIntArrays);
+  static constexpr const IntArrayArg<Args>* Get() { return OpInfo<Args>::kIntArrays; }
+};
+
 // Calls fn(OpInfo<Args>()) for every operator's Args, in the order of the README's operator table.
 template <typename Fn>
 void ForEachOp(const Fn& fn) {
@@ -260,6 +314,7 @@ void ForEachOp(const Fn& fn) {
   fn(OpInfo<TokenPermuteWithRoutingMapArgs>());
   fn(OpInfo<InitRoutingV2Args>());
   fn(OpInfo<InitRoutingV2GradArgs>());
+  fn(OpInfo<TokenUnpermuteWithRoutingMapArgs>());
 }
 
 }  // namespace moegrad

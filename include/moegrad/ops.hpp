@@ -140,4 +140,25 @@ MOEGRAD_API Status PlanInitRoutingV2Grad(const InitRoutingV2GradArgs& args, Plan
 MOEGRAD_API Status InitRoutingV2Grad(const InitRoutingV2GradArgs& args);
 MOEGRAD_API Status InferInitRoutingV2GradOutputs(const InitRoutingV2GradArgs& args, std::vector<OutputSpec>* outputs);
 
+// The routing-map "combine" (the inverse of MoeTokenPermuteWithRoutingMap's dispatch). See
+// docs/ops/token_unpermute_with_routing_map.md.
+struct TokenUnpermuteWithRoutingMapArgs {
+  TensorView permuted_tokens;                         // (N, H) float
+  TensorView sorted_indices;                          // (N) INT32
+  std::optional<TensorView> routing_map;              // (T, E) INT8 or BOOL; required with probs (dropless)
+  std::optional<TensorView> probs;                    // (T, E) float, the weight group
+  bool padded_mode = false;
+  std::optional<std::vector<int64_t>> restore_shape;  // (T, H); required without probs
+  TensorView unpermuted_tokens;                       // output (T, H)
+  TensorView out_index;                               // output (N) INT32
+  TensorView permute_token_id;                        // output (N) INT32
+  std::optional<TensorView> permute_probs;            // output (N); required with probs
+};
+MOEGRAD_API Status PlanTokenUnpermuteWithRoutingMap(const TokenUnpermuteWithRoutingMapArgs& args, Plan* plan);
+MOEGRAD_API Status TokenUnpermuteWithRoutingMap(const TokenUnpermuteWithRoutingMapArgs& args);
+// unpermutedTokens (T, H) without it: restoreShape when given, else T the rows of probs and H the columns of
+// permutedTokens.
+MOEGRAD_API Status InferTokenUnpermuteWithRoutingMapOutputs(const TokenUnpermuteWithRoutingMapArgs& args,
+                                                            std::vector<OutputSpec>* outputs);
+
 }  // namespace moegrad

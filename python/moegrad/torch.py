@@ -22,6 +22,7 @@ __all__ = [
     "moe_token_permute_with_routing_map_grad",
     "moe_init_routing_v2_grad",
     "moe_init_routing_v2",
+    "moe_token_unpermute_with_routing_map",
 ]
 
 _DTYPE_NAMES = {
@@ -124,21 +125,45 @@ def _empty(key, name, spec):
 
 # --- the operators on plain tensors (the CPU kernels of torch.ops.moegrad.*) ----------------------------
 
-def _run(key, tensors, attrs):
-    """Runs _C.<key> with `tensors` (inputs) and `attrs` by the names of the operator's description (_C.OPS[key],
-    the library's OpInfo), absent tensors None: phase one's output query first (every rule; ValueError with the
-    library's message), then the outputs it reports allocated, then the call. Returns {output name: tensor, or
-    None where the call writes none}."""
+def _int_array(key, name, value):
+    """value as integer-array attribute `name` of operator `key`: None, or a list of int64 (a sequence of ints,
+    e.g. a tuple or torch.Size)."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, torch.Tensor)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{_op(key)}: {name} must be a sequence of ints or None, not {_type_name(value)}")
+    values = []
+    for v in value:
+        if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+            raise TypeError(f"{_op(key)}: {name} must be a sequence of ints, not one holding {_type_name(v)}")
+        number = operator.index(v)
+        if not _INT64_MIN <= number <= _INT64_MAX:
+            raise ValueError(f"{_op(key)}: {name} holds {number}, outside the int64 range [-2**63, 2**63)")
+        values.append(number)
+    return values
+
+
+def _run(key, tensors, attrs, arrays=None):
+    """Runs _C.<key> with `tensors` (inputs), `attrs` and `arrays` (integer arrays) by the names of the
+    operator's description (_C.OPS[key], _C.INFO[key]["arrays"]: the library's OpInfo), absent tensors and
+    arrays None: phase one's output query first (every rule; ValueError with the library's message), then the
+    outputs it reports allocated, then the call. Returns {output name: tensor, or None where the call writes
+    none}."""
     tensor_names, attr_names = _C.OPS[key]
-    unknown = (set(tensors) - set(_C.INFO[key]["inputs"])) | (set(attrs) ^ set(attr_names))
+    array_names = _C.INFO[key]["arrays"]
+    arrays = arrays or {}
+    unknown = ((set(tensors) - set(_C.INFO[key]["inputs"])) | (set(attrs) ^ set(attr_names)) |
+               (set(arrays) - set(array_names)))
     if unknown:
         raise TypeError(f"moegrad: {key}: unknown or missing argument {sorted(unknown)[0]}")
     inputs = _C.INFO[key]["inputs"]
     descs = [_desc(key, n, tensors.get(n)) if n in inputs else None for n in tensor_names]
     values = [int(_attr(key, n, attrs[n])) for n in attr_names]
-    outputs = {n: _empty(key, n, spec) for n, spec in getattr(_C, key + "_outputs")(descs, values).items()}
+    # The integer arrays are a third argument of the operators that take any.
+    lists = ([_int_array(key, n, arrays.get(n)) for n in array_names],) if array_names else ()
+    outputs = {n: _empty(key, n, spec) for n, spec in getattr(_C, key + "_outputs")(descs, values, *lists).items()}
     descs = [_desc(key, n, outputs[n]) if n in outputs else d for n, d in zip(tensor_names, descs)]
-    getattr(_C, key)(descs, values)
+    getattr(_C, key)(descs, values, *lists)
     return outputs
 
 
@@ -195,6 +220,14 @@ def _init_routing(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, 
                     expertTokensBeforeCapacityFlag=expert_tokens_before_capacity_flag))
     return (out["expandedXOut"], out["expandedRowIdxOut"], out["expertTokensCountOrCumsumOut"],
             out["expertTokensBeforeCapacityOut"])
+
+
+def _unpermute(permuted_tokens, sorted_indices, routing_map=None, probs=None, padded_mode=False, restore_shape=None):
+    out = _run("token_unpermute_with_routing_map",
+               dict(permutedTokens=permuted_tokens, sortedIndices=sorted_indices, routingMapOptional=routing_map,
+                    probsOptional=probs),
+               dict(paddedMode=padded_mode), dict(restoreShapeOptional=restore_shape))
+    return out["unpermutedTokens"], out["outIndex"], out["permuteTokenId"], out["permuteProbs"]
 
 
 # --- not differentiable -----------------------------------------------------------------------------------
@@ -394,6 +427,16 @@ def _init_routing_grad_autograd(grad_expanded_x, expanded_row_idx, top_k, drop_p
                                (grad_expanded_x,))[0]
 
 
+def _unpermute_autograd(permuted_tokens, sorted_indices, routing_map=None, probs=None, padded_mode=False,
+                       restore_shape=None):
+    # Until MoeTokenUnpermuteWithRoutingMapGrad is wired in, a backward through the outputs fails with one line.
+    results = _unpermute(permuted_tokens, sorted_indices, routing_map, probs, padded_mode, restore_shape)
+    return _not_differentiable(
+        f"{_op('token_unpermute_with_routing_map')}: moe_token_unpermute_with_routing_map is not differentiable yet "
+        "(its gradient operator MoeTokenUnpermuteWithRoutingMapGrad is not wired in)",
+        results, (permuted_tokens, probs))
+
+
 # --- torch.ops.moegrad.* ----------------------------------------------------------------------------------
 
 _SCHEMAS = {
@@ -418,6 +461,9 @@ _SCHEMAS = {
         "(Tensor x, Tensor expert_idx, int active_num=0, int expert_capacity=0, int expert_num=0, "
         "int drop_pad_mode=0, int expert_tokens_count_or_cumsum_flag=0, bool expert_tokens_before_capacity_flag=False) "
         "-> (Tensor, Tensor, Tensor?, Tensor?)",
+    "moe_token_unpermute_with_routing_map":
+        "(Tensor permuted_tokens, Tensor sorted_indices, Tensor? routing_map=None, Tensor? probs=None, "
+        "bool padded_mode=False, int[]? restore_shape=None) -> (Tensor, Tensor, Tensor, Tensor?)",
 }
 # name -> (CPU kernel, Autograd kernel)
 _KERNELS = {
@@ -427,6 +473,7 @@ _KERNELS = {
     "moe_token_permute_with_routing_map_grad": (_permute_grad, _permute_grad_autograd),
     "moe_init_routing_v2_grad": (_init_routing_grad, _init_routing_grad_autograd),
     "moe_init_routing_v2": (_init_routing, _init_routing_autograd),
+    "moe_token_unpermute_with_routing_map": (_unpermute, _unpermute_autograd),
 }
 
 
@@ -550,3 +597,25 @@ def moe_init_routing_v2(x, expert_idx, active_num=0, expert_capacity=0, expert_n
     return _ENTRY["moe_init_routing_v2"](x, expert_idx, a["activeNum"], a["expertCapacity"], a["expertNum"],
                                          a["dropPadMode"], a["expertTokensCountOrCumsumFlag"],
                                          a["expertTokensBeforeCapacityFlag"])
+
+
+def moe_token_unpermute_with_routing_map(permuted_tokens, sorted_indices, routing_map=None, probs=None,
+                                         padded_mode=False, restore_shape=None):
+    """The operator MoeTokenUnpermuteWithRoutingMap (routing-map combine): the inverse of
+    moe_token_permute_with_routing_map, as Megatron's unpermute.
+
+    unpermuted[t] = the sum, in ascending contribution q, of w(q) * permuted_tokens[row(q)] over the contributions
+    of token t: dropless (N = T*K) q's token is q // K, its row sorted_indices[q], its weight probs[t][the
+    (q % K)-th routed expert of t] (routing_map then required, exactly K routed entries per row); padded_mode
+    (N = E*C) q's token is sorted_indices[q], its row q, its weight probs[token][q // C]. Without probs every
+    weight is 1 and restore_shape (T, H) is required; with it, restore_shape must match. Returns
+    (unpermuted_tokens (T, H), out_index (N) INT32, permute_token_id (N) INT32, permute_probs (N) or None): the
+    contributions' rows and tokens ordered by token, and each contribution's weight. Not differentiable yet.
+    """
+    a = _check("token_unpermute_with_routing_map",
+               dict(permutedTokens=permuted_tokens, sortedIndices=sorted_indices, routingMapOptional=routing_map,
+                    probsOptional=probs),
+               dict(paddedMode=padded_mode))
+    shape = _int_array("token_unpermute_with_routing_map", "restoreShapeOptional", restore_shape)
+    return _ENTRY["moe_token_unpermute_with_routing_map"](permuted_tokens, sorted_indices, routing_map, probs,
+                                                            a["paddedMode"], shape)

@@ -5,10 +5,11 @@
 // caller. Every rule is the library's; the only checks here are those a TensorView cannot express.
 //
 // Each operator is one function, named after its command-line key in snake case (OpInfo<Args>::kKey), taking
-// its tensors (None where absent) and its attributes as two lists in the order of OpInfo<Args>, and one more,
+// its tensors (None where absent) and its attributes as two lists in the order of OpInfo<Args> (and, for an
+// operator with integer arrays, a third list of them, None where absent, in kIntArrays order), and one more,
 // <name>_outputs, its output query (the outputs' shapes and dtypes, or the library's error, before the outputs
-// exist); _C.OPS maps each name to those two lists of names, _C.INFO to its CANN name, inputs, outputs, required
-// tensors and boolean attributes.
+// exist); _C.OPS maps each name to the lists of tensor and attribute names, _C.INFO to its CANN name, inputs,
+// outputs, required tensors, boolean attributes and integer arrays.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -27,6 +28,7 @@ namespace {
 
 using Desc = std::tuple<uintptr_t, int32_t, std::vector<int64_t>, std::vector<int64_t>>;
 using OptDesc = std::optional<Desc>;
+using OptInts = std::optional<std::vector<int64_t>>;
 
 moegrad::TensorView ToView(const Desc& d, const char* name) {
   const auto& [ptr, dtype, sizes, strides] = d;
@@ -70,13 +72,16 @@ void RunReleased(Fn&& call) {
 // of its OpInfo. A required tensor that is None fails with the library's NULLPTR message (the one aclnn gives
 // for a null tensor) as ValueError; `query` (the output query) leaves the outputs out, given or not.
 template <typename Args>
-Args ToArgs(const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs, bool query) {
+Args ToArgs(const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs, const std::vector<OptInts>& arrays,
+            bool query) {
   using Info = moegrad::OpInfo<Args>;
+  using Arrays = moegrad::IntArraysOf<Args>;
   constexpr size_t kTensors = std::size(Info::kTensors), kAttrs = std::size(Info::kAttrs);
-  if (tensors.size() != kTensors || attrs.size() != kAttrs) {
-    throw py::value_error(std::string(Info::kName) + ": takes " + std::to_string(kTensors) + " tensors and " +
-                          std::to_string(kAttrs) + " attributes, got " + std::to_string(tensors.size()) + " and " +
-                          std::to_string(attrs.size()));
+  if (tensors.size() != kTensors || attrs.size() != kAttrs || (!arrays.empty() && arrays.size() != Arrays::size)) {
+    throw py::value_error(std::string(Info::kName) + ": takes " + std::to_string(kTensors) + " tensors, " +
+                          std::to_string(kAttrs) + " attributes and " + std::to_string(Arrays::size) +
+                          " integer arrays, got " + std::to_string(tensors.size()) + ", " +
+                          std::to_string(attrs.size()) + " and " + std::to_string(arrays.size()));
   }
   Args a;
   for (size_t i = 0; i < kTensors; ++i) {
@@ -89,6 +94,7 @@ Args ToArgs(const std::vector<OptDesc>& tensors, const std::vector<int64_t>& att
     arg.Set(a, v ? &*v : nullptr);
   }
   for (size_t i = 0; i < kAttrs; ++i) Info::kAttrs[i].Set(a, attrs[i]);
+  for (size_t i = 0; i < arrays.size(); ++i) Arrays::Get()[i].Set(a, arrays[i] ? &*arrays[i] : nullptr);
   return a;
 }
 
@@ -100,7 +106,7 @@ void DefineOperator(py::module_& m, py::dict& ops, py::dict& infos, moegrad::OpI
   using Info = decltype(info);
   std::string name = Info::kKey;
   for (char& ch : name) ch = ch == '-' ? '_' : ch;
-  py::list tensor_names, attr_names, inputs, outputs, required, flags;
+  py::list tensor_names, attr_names, inputs, outputs, required, flags, arrays;
   for (const auto& t : Info::kTensors) {
     tensor_names.append(t.name);
     (t.role == moegrad::ArgRole::kInput ? inputs : outputs).append(t.name);
@@ -110,6 +116,8 @@ void DefineOperator(py::module_& m, py::dict& ops, py::dict& infos, moegrad::OpI
     attr_names.append(a.name);
     if (a.flag != nullptr) flags.append(a.name);
   }
+  using Arrays = moegrad::IntArraysOf<Args>;
+  for (size_t i = 0; i < Arrays::size; ++i) arrays.append(Arrays::Get()[i].name);
   ops[py::str(name)] = py::make_tuple(tensor_names, attr_names);
   py::dict d;
   d["name"] = Info::kName;
@@ -117,20 +125,21 @@ void DefineOperator(py::module_& m, py::dict& ops, py::dict& infos, moegrad::OpI
   d["outputs"] = outputs;
   d["required"] = required;
   d["flags"] = flags;
+  d["arrays"] = arrays;
   infos[py::str(name)] = d;
   m.def(
       name.c_str(),
-      [](const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs) {
-        const Args a = ToArgs<Args>(tensors, attrs, false);
+      [](const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs, const std::vector<OptInts>& arrays) {
+        const Args a = ToArgs<Args>(tensors, attrs, arrays, false);
         RunReleased([&] { return Info::kRun(a); });
       },
-      py::arg("tensors"), py::arg("attrs"),
+      py::arg("tensors"), py::arg("attrs"), py::arg("arrays") = std::vector<OptInts>(),
       (std::string(Info::kName) + " through the C++ API: tensors and attributes in the order of _C.OPS['" + name +
        "']").c_str());
   m.def(
       (name + "_outputs").c_str(),
-      [](const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs) {
-        const Args a = ToArgs<Args>(tensors, attrs, true);
+      [](const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs, const std::vector<OptInts>& arrays) {
+        const Args a = ToArgs<Args>(tensors, attrs, arrays, true);
         std::vector<moegrad::OutputSpec> specs;
         const moegrad::Status status = Info::kInfer(a, &specs);
         if (!status.ok()) throw py::value_error(status.message());
@@ -146,7 +155,7 @@ void DefineOperator(py::module_& m, py::dict& ops, py::dict& infos, moegrad::OpI
         }
         return result;
       },
-      py::arg("tensors"), py::arg("attrs"),
+      py::arg("tensors"), py::arg("attrs"), py::arg("arrays") = std::vector<OptInts>(),
       (std::string(Info::kName) + "'s output query (phase one without the outputs; their entries in tensors are "
        "ignored): {output: (dtype code, sizes) or None when not written}").c_str());
 }

@@ -23,5 +23,7 @@ core::Status Plan(const TokenPermuteWithRoutingMapArgs& args, PlanPtr* plan,
 core::Status Plan(const InitRoutingV2Args& args, PlanPtr* plan, std::vector<OutputSpec>* outputs = nullptr);
 core::Status Plan(const InitRoutingV2GradArgs& args, PlanPtr* plan,
                   std::vector<OutputSpec>* outputs = nullptr);
+core::Status Plan(const TokenUnpermuteWithRoutingMapArgs& args, PlanPtr* plan,
+                  std::vector<OutputSpec>* outputs = nullptr);
 
 }  // namespace moegrad::ops

@@ -35,6 +35,9 @@ _FUNCTIONS = {
         expert_num="expertNum", drop_pad_mode="dropPadMode",
         expert_tokens_count_or_cumsum_flag="expertTokensCountOrCumsumFlag",
         expert_tokens_before_capacity_flag="expertTokensBeforeCapacityFlag")),
+    "moe_token_unpermute_with_routing_map": ("token_unpermute_with_routing_map", dict(
+        permuted_tokens="permutedTokens", sorted_indices="sortedIndices", routing_map="routingMapOptional",
+        probs="probsOptional", padded_mode="paddedMode", restore_shape="restoreShapeOptional")),
 }
 
 
@@ -57,6 +60,9 @@ def _base(function):
                     bias=torch.randn(2, 3))
     if function == "moe_init_routing_v2_grad":
         return dict(grad_expanded_x=torch.randn(8, 3), expanded_row_idx=torch.randperm(8).int(), top_k=2)
+    if function == "moe_token_unpermute_with_routing_map":  # dropless, K = 2 of 2 experts
+        return dict(permuted_tokens=torch.randn(8, 3), sorted_indices=torch.randperm(8).int(),
+                    routing_map=torch.ones(4, 2).bool(), probs=torch.rand(4, 2))
     if function == "moe_init_routing_v2":
         return dict(x=torch.randn(4, 3), expert_idx=_i32(0, 2, 1, 2, 2, 0, 1, 1).view(4, 2), expert_num=3,
                     expert_tokens_count_or_cumsum_flag=1)
@@ -75,6 +81,10 @@ def _outputs(function):
         "moe_init_routing_v2_grad": dict(out=torch.empty(4, 3)),
         "moe_init_routing_v2": dict(expandedXOut=torch.empty(8, 3), expandedRowIdxOut=torch.empty(8, dtype=torch.int32),
                                     expertTokensCountOrCumsumOut=torch.empty(3, dtype=torch.int32)),
+        "moe_token_unpermute_with_routing_map": dict(unpermutedTokens=torch.empty(4, 3),
+                                                     outIndex=torch.empty(8, dtype=torch.int32),
+                                                     permuteTokenId=torch.empty(8, dtype=torch.int32),
+                                                     permuteProbs=torch.empty(8)),
     }[function]
 
 
@@ -88,8 +98,9 @@ def _direct_message(function, kwargs, outputs):
                                               tuple(lib[n].stride())) for n in tensor_names]
     defaults = dict(numOutTokens=4, dropAndPad=0, dropPadMode=0, activeNum=0, expertNum=0, expertCapacity=0, topK=0)
     attrs = [int(lib.get(n, defaults.get(n, 0))) for n in attr_names]
+    arrays = [None if lib.get(n) is None else list(lib[n]) for n in _C.INFO[key]["arrays"]]
     with pytest.raises(ValueError) as info:
-        getattr(_C, key)(descs, attrs)
+        getattr(_C, key)(descs, attrs, arrays)
     return str(info.value)
 
 
@@ -115,6 +126,7 @@ _PERMUTE, _FINALIZE = "moe_token_permute_with_routing_map", "moe_finalize_routin
 _FINALIZE_GRAD, _PERMUTE_GRAD = "moe_finalize_routing_v2_grad", "moe_token_permute_with_routing_map_grad"
 _INIT_GRAD = "moe_init_routing_v2_grad"
 _INIT = "moe_init_routing_v2"
+_UNPERMUTE = "moe_token_unpermute_with_routing_map"
 
 CASES = [
     # Attributes the Python layer used to size outputs with: the library's rule comes first.
@@ -245,6 +257,36 @@ CASES = [
          ["expertNum*expertCapacity = 65536*32768 rows do not fit INT32 expandedRowIdx"]),
     Case("expert_tokens_before_capacity_flag 2", _INIT, dict(expert_tokens_before_capacity_flag=2), ValueError,
          ["expertTokensBeforeCapacityFlag = 2 must be a bool"]),
+    # MoeTokenUnpermuteWithRoutingMap: the optional-argument rules, restore_shape, shapes.
+    Case("no probs, no restore_shape", _UNPERMUTE, dict(probs=None), ValueError,
+         ["restoreShapeOptional is required when probsOptional is null"], _outputs(_UNPERMUTE)),
+    Case("probs without routing_map (dropless)", _UNPERMUTE, dict(routing_map=None), ValueError,
+         ["routingMapOptional (required with probsOptional when paddedMode is false) is required but is null"]),
+    Case("restore_shape (4, 4)", _UNPERMUTE, dict(restore_shape=(4, 4)), ValueError,
+         ["restoreShapeOptional is (4, 4) but unpermutedTokens is (4, 3)"], _outputs(_UNPERMUTE)),
+    Case("restore_shape (4,)", _UNPERMUTE, dict(restore_shape=[4]), ValueError,
+         ["restoreShapeOptional is (4,) but unpermutedTokens is (4, 3)"], _outputs(_UNPERMUTE)),
+    Case("restore_shape a str", _UNPERMUTE, dict(restore_shape="43"), TypeError,
+         ["restoreShapeOptional must be a sequence of ints or None, not str"]),
+    Case("restore_shape holding a float", _UNPERMUTE, dict(restore_shape=(4, 3.0)), TypeError,
+         ["restoreShapeOptional must be a sequence of ints, not one holding float"]),
+    Case("restore_shape past int64", _UNPERMUTE, dict(restore_shape=(4, 2**63)), ValueError,
+         ["restoreShapeOptional holds 9223372036854775808, outside the int64 range"]),
+    Case("padded_mode 2", _UNPERMUTE, dict(padded_mode=2), ValueError, ["paddedMode = 2 must be a bool"]),
+    Case("sorted_indices of 7", _UNPERMUTE, dict(sorted_indices=torch.randperm(7).int()), ValueError,
+         ["permutedTokens has 8 rows but sortedIndices has 7"]),
+    Case("probs of 5 rows", _UNPERMUTE, dict(probs=torch.rand(5, 2)), ValueError,
+         ["routingMapOptional has 4 rows but probsOptional has 5"]),
+    Case("8 rows, not a multiple of T = 3", _UNPERMUTE,
+         dict(routing_map=torch.ones(3, 2).bool(), probs=torch.rand(3, 2)), ValueError,
+         ["permutedTokens has 8 rows, not a multiple of T = 3 (paddedMode false: N = T*K)"]),
+    Case("probs FLOAT64", _UNPERMUTE, dict(probs=torch.rand(4, 2, dtype=torch.float64)), ValueError,
+         ["probsOptional has dtype DOUBLE but must be FLOAT32, FLOAT16 or BFLOAT16"]),
+    Case("a sorted index out of range", _UNPERMUTE, dict(sorted_indices=_i32(0, 1, 2, 3, 4, 5, 6, 8)), ValueError,
+         ["sortedIndices[7] = 8 is outside [0, 8) for paddedMode false"]),
+    Case("a routing_map row of one entry", _UNPERMUTE, dict(routing_map=torch.tensor([[1, 1], [1, 0], [1, 1],
+                                                                                       [1, 1]]).bool()),
+         ValueError, ["routingMapOptional row 1 has 1 routed entries but paddedMode false needs K = N / T = 2"]),
 ]
 
 # None for every required tensor, and a non-tensor (a numpy array, a list, an int) for every tensor, of every

@@ -53,12 +53,13 @@ struct TestCall {
   using OpArgs = Args;
   std::array<TestTensor*, kNumTensors<Args>> tensors{};
   std::array<int64_t, kNumAttrs<Args>> attrs{};
+  IntArrays<Args> arrays{};  // kIntArrays order, nullopt: absent
 
   // The C++ API's arguments: the tensors' views (an absent required tensor gets an empty view).
   Args CppArgs() const {
     std::array<const TensorView*, kNumTensors<Args>> views{};
     for (size_t i = 0; i < views.size(); ++i) views[i] = tensors[i] != nullptr ? &tensors[i]->view() : nullptr;
-    return MakeArgs<Args>(views.data(), attrs.data());
+    return MakeArgs<Args>(views.data(), attrs.data(), &arrays);
   }
   // The outputs present, in kTensors order.
   std::vector<TestTensor*> Outputs() const {
@@ -93,12 +94,13 @@ class AclCall {
  private:
   std::array<AclTensorPtr, kNumTensors<Args>> t_;
   std::array<int64_t, kNumAttrs<Args>> attrs_;
+  IntArrays<Args> arrays_;
 };
 
 // --- implementation ----------------------------------------------------------------------------------------
 
 template <typename Args>
-AclCall<Args>::AclCall(const TestCall<Args>& c) : attrs_(c.attrs) {
+AclCall<Args>::AclCall(const TestCall<Args>& c) : attrs_(c.attrs), arrays_(c.arrays) {
   for (size_t i = 0; i < t_.size(); ++i) {
     if (c.tensors[i] == nullptr) continue;
     t_[i].reset(AclOf(*c.tensors[i]));
@@ -113,7 +115,7 @@ template <typename Args>
 aclnnStatus AclCall<Args>::PhaseOne(uint64_t* workspace_size, aclOpExecutor** executor) const {
   std::array<aclTensor*, kNumTensors<Args>> raw{};
   for (size_t i = 0; i < raw.size(); ++i) raw[i] = t_[i].get();
-  return AclnnPhaseOne<Args>(raw.data(), attrs_.data(), workspace_size, executor);
+  return AclnnPhaseOne<Args>(raw.data(), attrs_.data(), workspace_size, executor, &arrays_);
 }
 
 template <typename Args>

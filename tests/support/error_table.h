@@ -23,13 +23,14 @@ namespace moegrad::testing {
 constexpr int kNullptr = 161001, kInvalid = 161002;
 
 // One call's tensors in OpInfo<Args>'s order (the C signature's); slot i is passed as tensor `source[i]`
-// (aliasing tests). Attributes in OpInfo's order.
+// (aliasing tests). Attributes and integer arrays in OpInfo's order.
 template <typename Args>
 struct Case {
   static constexpr int kSlots = static_cast<int>(kNumTensors<Args>);
   std::optional<TestTensor> t[kSlots];
   int source[kSlots];
   std::array<int64_t, kNumAttrs<Args>> attrs{};
+  IntArrays<Args> arrays{};  // kIntArrays order (nullopt: absent)
   std::function<void(int, TensorView*)> tweak;  // C++ only: edits the view of a slot
   Case() {
     for (int i = 0; i < kSlots; ++i) source[i] = i;
@@ -48,7 +49,7 @@ struct Case {
       views[i] = View(i);
       p[i] = views[i] ? &*views[i] : nullptr;
     }
-    return MakeArgs<Args>(p, attrs.data());
+    return MakeArgs<Args>(p, attrs.data(), &arrays);
   }
 };
 
@@ -87,7 +88,7 @@ Outcome AclOutcome(Case<Args>& c) {
   }
   uint64_t ws_size = 0;
   aclOpExecutor* ex = reinterpret_cast<aclOpExecutor*>(&ws_size);  // must be overwritten
-  aclnnStatus st = AclnnPhaseOne<Args>(raw, c.attrs.data(), &ws_size, &ex);
+  aclnnStatus st = AclnnPhaseOne<Args>(raw, c.attrs.data(), &ws_size, &ex, &c.arrays);
   if (st != ACLNN_SUCCESS) {
     EXPECT_EQ(ex, nullptr) << "a failed phase one must leave *executor null";
     return {st, aclGetRecentErrMsg(), 1};

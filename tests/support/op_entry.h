@@ -10,7 +10,10 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <memory>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "aclnnop/aclnn_moe_finalize_routing_v2.h"
 #include "aclnnop/aclnn_moe_finalize_routing_v2_grad.h"
@@ -18,6 +21,7 @@
 #include "aclnnop/aclnn_moe_init_routing_v2_grad.h"
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map.h"
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
+#include "aclnnop/aclnn_moe_token_unpermute_with_routing_map.h"
 #include "moegrad/op_info.hpp"
 #include "moegrad/ops.hpp"
 #include "src/ref/reference.h"
@@ -41,6 +45,7 @@ MOEGRAD_TEST_OP_ENTRY(FinalizeRoutingV2);
 MOEGRAD_TEST_OP_ENTRY(TokenPermuteWithRoutingMap);
 MOEGRAD_TEST_OP_ENTRY(InitRoutingV2);
 MOEGRAD_TEST_OP_ENTRY(InitRoutingV2Grad);
+MOEGRAD_TEST_OP_ENTRY(TokenUnpermuteWithRoutingMap);
 #undef MOEGRAD_TEST_OP_ENTRY
 
 // The argument struct of an OpInfo (what ForEachOp hands out).
@@ -55,6 +60,12 @@ template <typename Args>
 constexpr size_t kNumTensors = std::size(OpInfo<Args>::kTensors);
 template <typename Args>
 constexpr size_t kNumAttrs = std::size(OpInfo<Args>::kAttrs);
+// Integer-array attributes (aclIntArray), after the attributes in the aclnn signature; none for most operators.
+template <typename Args>
+constexpr size_t kNumIntArrays = IntArraysOf<Args>::size;
+// One call's integer arrays in kIntArrays order (nullopt: absent).
+template <typename Args>
+using IntArrays = std::array<std::optional<std::vector<int64_t>>, kNumIntArrays<Args>>;
 
 // How many of kTensors are inputs: they come first, the outputs after them.
 template <typename Args>
@@ -101,35 +112,59 @@ std::array<int64_t, kNumAttrs<Args>> AttrsOf(const Args& a) {
   for (size_t i = 0; i < kNumAttrs<Args>; ++i) v[i] = OpInfo<Args>::kAttrs[i].Get(a);
   return v;
 }
-// The arguments of views (null: absent; a required tensor then keeps an empty view) and attribute values in
-// OpInfo order.
 template <typename Args>
-Args MakeArgs(const TensorView* const* views, const int64_t* attrs) {
+IntArrays<Args> IntArraysOfArgs(const Args& a) {
+  IntArrays<Args> v{};
+  for (size_t i = 0; i < kNumIntArrays<Args>; ++i) {
+    const std::vector<int64_t>* p = IntArraysOf<Args>::Get()[i].Get(a);
+    if (p != nullptr) v[i] = *p;
+  }
+  return v;
+}
+// The arguments of views (null: absent; a required tensor then keeps an empty view), attribute values and
+// integer arrays (null: all absent) in OpInfo order.
+template <typename Args>
+Args MakeArgs(const TensorView* const* views, const int64_t* attrs, const IntArrays<Args>* arrays = nullptr) {
   Args a;
   for (size_t i = 0; i < kNumTensors<Args>; ++i) OpInfo<Args>::kTensors[i].Set(a, views[i]);
   for (size_t i = 0; i < kNumAttrs<Args>; ++i) OpInfo<Args>::kAttrs[i].Set(a, attrs[i]);
+  for (size_t i = 0; arrays != nullptr && i < kNumIntArrays<Args>; ++i) {
+    IntArraysOf<Args>::Get()[i].Set(a, (*arrays)[i] ? &*(*arrays)[i] : nullptr);
+  }
   return a;
 }
 
 namespace detail {
-template <typename Args, size_t... I, size_t... J, size_t... K>
-aclnnStatus AclnnPhaseOne(aclTensor* const* tensors, const int64_t* attrs, uint64_t* workspace_size,
-                          aclOpExecutor** executor, std::index_sequence<I...>, std::index_sequence<J...>,
-                          std::index_sequence<K...>) {
-  return OpEntry<Args>::kAclnnPhaseOne(tensors[I]..., attrs[J]..., tensors[sizeof...(I) + K]..., workspace_size,
-                                       executor);
+template <typename Args, size_t... I, size_t... J, size_t... L, size_t... K>
+aclnnStatus AclnnPhaseOne(aclTensor* const* tensors, const int64_t* attrs, const aclIntArray* const* arrays,
+                          uint64_t* workspace_size, aclOpExecutor** executor, std::index_sequence<I...>,
+                          std::index_sequence<J...>, std::index_sequence<L...>, std::index_sequence<K...>) {
+  return OpEntry<Args>::kAclnnPhaseOne(tensors[I]..., attrs[J]..., arrays[L]..., tensors[sizeof...(I) + K]...,
+                                       workspace_size, executor);
 }
+
+struct IntArrayDeleter {
+  void operator()(aclIntArray* a) const { aclDestroyIntArray(a); }
+};
 }  // namespace detail
 
 // aclnn's phase one of the operator of `Args`: `tensors` (null: absent) in kTensors order, `attrs` in kAttrs
-// order.
+// order, `arrays` (null: every array absent) in kIntArrays order.
 template <typename Args>
 aclnnStatus AclnnPhaseOne(aclTensor* const* tensors, const int64_t* attrs, uint64_t* workspace_size,
-                          aclOpExecutor** executor) {
+                          aclOpExecutor** executor, const IntArrays<Args>* arrays = nullptr) {
   static_assert(InputsThenOutputs<Args>(), "OpInfo lists the inputs first, as the aclnn signature does");
   constexpr size_t kInputs = NumInputs<Args>();
-  return detail::AclnnPhaseOne<Args>(tensors, attrs, workspace_size, executor, std::make_index_sequence<kInputs>(),
-                                     std::make_index_sequence<kNumAttrs<Args>>(),
+  std::array<std::unique_ptr<aclIntArray, detail::IntArrayDeleter>, kNumIntArrays<Args>> owned;
+  std::array<const aclIntArray*, kNumIntArrays<Args> + 1> raw{};
+  for (size_t i = 0; arrays != nullptr && i < kNumIntArrays<Args>; ++i) {
+    if (!(*arrays)[i]) continue;
+    owned[i].reset(aclCreateIntArray((*arrays)[i]->data(), (*arrays)[i]->size()));
+    raw[i] = owned[i].get();
+  }
+  return detail::AclnnPhaseOne<Args>(tensors, attrs, raw.data(), workspace_size, executor,
+                                     std::make_index_sequence<kInputs>(), std::make_index_sequence<kNumAttrs<Args>>(),
+                                     std::make_index_sequence<kNumIntArrays<Args>>(),
                                      std::make_index_sequence<kNumTensors<Args> - kInputs>());
 }
 

@@ -20,6 +20,7 @@ template <typename Args>
 struct ValidCall {
   std::array<std::optional<TestTensor>, kNumTensors<Args>> tensors;
   std::array<int64_t, kNumAttrs<Args>> attrs{};
+  IntArrays<Args> arrays{};
 
   ValidCall& Tensor(const char* name, DType dtype, std::vector<int64_t> sizes, std::vector<int64_t> ints = {}) {
     TestTensor t(dtype, std::move(sizes));
@@ -38,6 +39,7 @@ struct ValidCall {
     TestCall<Args> c;
     for (size_t i = 0; i < tensors.size(); ++i) c.tensors[i] = tensors[i] ? &*tensors[i] : nullptr;
     c.attrs = attrs;
+    c.arrays = arrays;
     return c;
   }
   std::vector<std::vector<uint8_t>> Snapshot() const {
@@ -96,6 +98,15 @@ inline ValidCall<InitRoutingV2GradArgs> InitRoutingV2GradCall() {  // N 2, K 2, 
   ValidCall<InitRoutingV2GradArgs> v;
   v.Tensor("gradExpandedX", kF32, {2, 3, 4}).Tensor("expandedRowIdx", kI32, {4}, {0, 3, -1, 4});
   v.Tensor("out", kF32, {2, 4}).Attr("topK", 2).Attr("dropPadMode", 1);
+  return v;
+}
+
+inline ValidCall<TokenUnpermuteWithRoutingMapArgs> TokenUnpermuteWithRoutingMapCall() {  // T 2, E 2, K 2, H 4
+  ValidCall<TokenUnpermuteWithRoutingMapArgs> v;
+  v.Tensor("permutedTokens", kF32, {4, 4}).Tensor("sortedIndices", kI32, {4}, {0, 2, 1, 3});
+  v.Tensor("routingMapOptional", DType::kInt8, {2, 2}).Tensor("probsOptional", kF32, {2, 2});
+  v.Tensor("unpermutedTokens", kF32, {2, 4}).Tensor("outIndex", kI32, {4}).Tensor("permuteTokenId", kI32, {4});
+  v.Tensor("permuteProbs", kF32, {4});
   return v;
 }
 

@@ -30,6 +30,10 @@ void Set(TokenPermuteWithRoutingMapConfig& c, int64_t mode, unsigned in) {
   c.drop_and_pad = mode != 0;
   c.probs = in & kProbs;
 }
+void Set(TokenUnpermuteWithRoutingMapConfig& c, int64_t mode, unsigned in) {
+  c.padded_mode = mode != 0;
+  c.probs = in & kProbs;
+}
 // Dropless: the cumsum, and with kHalfActive the first half of the rows (activeNum = N*K / 2); drop/pad: the
 // counts before capacity.
 void Set(InitRoutingV2Config& c, int64_t mode, unsigned in) {
@@ -93,6 +97,9 @@ const std::vector<BenchRow>& BenchRows() {
       Row<InitRoutingV2GradConfig>("dropless", 0, 0),
       Row<InitRoutingV2GradConfig>("dropless active=N*K/2", 0, kHalfActive),
       Row<InitRoutingV2GradConfig>("drop-pad", 1, 0),
+      // The routing-map combine, on the permute's indices: the inverse of its dispatch rows above.
+      Row<TokenUnpermuteWithRoutingMapConfig>("dropless probs", 0, kProbs),
+      Row<TokenUnpermuteWithRoutingMapConfig>("pad probs", 1, kProbs),
   };
   return rows;
 }

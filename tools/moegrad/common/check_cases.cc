@@ -95,6 +95,20 @@ void Draw(TokenPermuteWithRoutingMapGradConfig& c, std::mt19937_64& rng) {
   c.map_dtype = RandomMapDType(rng);
 }
 
+void Draw(TokenUnpermuteWithRoutingMapConfig& c, std::mt19937_64& rng) {
+  const bool routed = c.index == IndexData::kRouted;
+  c.padded_mode = Chance(rng, 50);
+  c.probs = Chance(rng, 70);
+  // A top-k routing map (dropless probs need exactly K routed entries per row): K <= E.
+  c.shape.topk = Small(rng, 1, c.shape.experts);
+  // Pad rows name tokens: none without tokens; the permute fills at most T slots per expert.
+  c.shape.capacity = c.shape.tokens == 0 ? 0 : Small(rng, 1, routed ? c.shape.tokens : 6);
+  c.restore_shape = Chance(rng, 30);
+  c.routing_map = Chance(rng, 30);
+  c.permute_probs_without_probs = !c.probs && Chance(rng, 40);
+  c.map_dtype = RandomMapDType(rng);
+}
+
 void Draw(FinalizeRoutingV2Config& c, std::mt19937_64& rng) {
   c.mode = Uniform(rng, 0, 3);
   c.shape.topk = Small(rng, 1, c.index == IndexData::kRouted ? c.shape.experts : 6);
@@ -179,6 +193,7 @@ const std::vector<CheckOp>& CheckOps() {
       Op<TokenPermuteWithRoutingMapConfig>(),
       Op<InitRoutingV2Config>(),
       Op<InitRoutingV2GradConfig>(),
+      Op<TokenUnpermuteWithRoutingMapConfig>(),
   };
   return ops;
 }

@@ -111,4 +111,22 @@ struct InitRoutingV2GradConfig : ProblemConfig {
 };
 std::unique_ptr<Problem> MakeProblem(const InitRoutingV2GradConfig& c);
 
+// MoeTokenUnpermuteWithRoutingMap (the routing-map combine): tokens T, hidden H, experts E, topk K (dropless),
+// capacity C (pad); N = T*K (dropless) or E*C (pad). Routed index data: the permute's sortedIndices of a
+// top-k routing; random: any valid values (repeats, unreferenced rows and tokens), dropless maps still K per
+// row. Weights: probs, permuteProbs. Minimum bytes: read the permutedTokens rows some contribution names
+// (distinct*H), sortedIndices (N int32), with probs the N weights and, dropless, routingMap (T*E bytes); write
+// unpermutedTokens (T*H), outIndex and permuteTokenId (N int32 each) and, with probs, permuteProbs (N).
+struct TokenUnpermuteWithRoutingMapConfig : ProblemConfig {
+  using Args = TokenUnpermuteWithRoutingMapArgs;
+  bool padded_mode = false;
+  bool probs = true;
+  bool restore_shape = false;  // also pass restoreShape with probs (always passed without)
+  bool routing_map = false;    // also pass the map where it is optional (shape-checked, unused)
+  bool permute_probs_without_probs = false;  // given but must stay untouched
+  DType map_dtype = DType::kInt8;  // INT8 or BOOL
+  bool drop_pad() const { return padded_mode; }
+};
+std::unique_ptr<Problem> MakeProblem(const TokenUnpermuteWithRoutingMapConfig& c);
+
 }  // namespace moegrad::tool

@@ -1,0 +1,122 @@
+// MoeTokenUnpermuteWithRoutingMap kernels, one copy per SIMD target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/backend/cpu/kernels/token_unpermute_with_routing_map.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "src/backend/cpu/parallel.h"
+#include "src/backend/cpu/kernels/row_ops-inl.h"
+#include "src/backend/cpu/kernels/row_ops_gather_sum-inl.h"
+#include "src/backend/cpu/kernels/row_ops_stream-inl.h"
+#include "src/backend/cpu/kernels/token_unpermute_with_routing_map.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace moegrad::kernels::HWY_NAMESPACE {
+
+// Token rows [begin, end): row t = rne(sum over its contributions m = 0..count_of(t) - 1, ascending q, of
+// w(q) * permuted[row(q)]), with q = q_of(t, m). Without probs every w is 1 and the multiply is exact: the
+// gather sums of the permute gradient. With probs SumRowsOf multiplies each term by its fp32 weight (0 and 1
+// too) and adds left to right from the first term.
+template <typename T, typename CountOf, typename QOf>
+void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int64_t end, const CountOf& count_of,
+                   const QOf& q_of, bool stream) {
+  const int64_t H = p.hidden;
+  auto row_of_q = [&](int64_t q) -> int64_t {
+    return p.padded_mode ? q : int64_t{p.sorted_indices.At<const int32_t>(q)};
+  };
+  if (p.weights == nullptr) {
+    GatherSums<T>(
+        p.permuted, p.unpermuted, H, begin, end, count_of, [&](int64_t t, int64_t m) { return row_of_q(q_of(t, m)); },
+        stream);
+    return;
+  }
+  for (int64_t t = begin; t < end; ++t) {
+    SumRowsOf<T>(
+        count_of(t),
+        [&](int64_t m, float* scale) {
+          const int64_t q = q_of(t, m);
+          *scale = p.weights[q];
+          return p.permuted.Row<const T>(row_of_q(q));
+        },
+        p.permuted.col_stride, p.unpermuted.Row<T>(t), p.unpermuted.col_stride, H);
+  }
+}
+
+// outIndex, permuteTokenId and permuteProbs at [begin, end): the contributions ordered by token (pad: the
+// inverse index, dropless: q itself), permuteProbs[q] = probs[tok(q)][expert(q)] bit for bit.
+template <typename W>
+void WriteIndices(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int64_t end) {
+  const bool probs = p.permute_probs.data != nullptr;
+  if (p.padded_mode) {
+    // The token of position i: the last t with offsets[t] <= i, walked forward from a binary search.
+    int64_t t = 0;
+    if (begin < end) {
+      int64_t lo = 0, hi = p.tokens;  // the first t with offsets[t + 1] > begin
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (p.offsets[mid + 1] > begin) hi = mid;
+        else lo = mid + 1;
+      }
+      t = lo;
+    }
+    for (int64_t i = begin; i < end; ++i) {
+      while (p.offsets[t + 1] <= i) ++t;
+      p.out_index.At<int32_t>(i) = static_cast<int32_t>(p.slots[i]);
+      p.permute_token_id.At<int32_t>(i) = static_cast<int32_t>(t);
+    }
+  } else {
+    for (int64_t i = begin; i < end; ++i) {
+      p.out_index.At<int32_t>(i) = p.sorted_indices.At<const int32_t>(i);
+      p.permute_token_id.At<int32_t>(i) = static_cast<int32_t>(i / p.topk);
+    }
+  }
+  if (!probs) return;
+  for (int64_t q = begin; q < end; ++q) {
+    const int64_t t = p.padded_mode ? int64_t{p.sorted_indices.At<const int32_t>(q)} : q / p.topk;
+    p.permute_probs.At<W>(q) = p.probs.Row<const W>(t)[p.experts[q] * p.probs.col_stride];
+  }
+}
+
+template <typename T>
+void UnpermuteTyped(const TokenUnpermuteWithRoutingMapTask& p) {
+  const int64_t H = p.hidden;
+  const int64_t N = p.rows;
+  const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
+  const int64_t moved = (N + p.tokens) * row_bytes;
+  const bool stream = StreamOutput(p.tokens * row_bytes, moved);
+  // Threads take token ranges of about equal rows moved (the rows a token gathers plus its own), and an equal
+  // share of the index outputs.
+  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+    int64_t begin, end;
+    if (p.padded_mode) {
+      internal::BalanceByCost(p.tokens, parts, part, [&](int64_t t) { return p.offsets[t] + t; }, &begin, &end);
+      UnpermuteRows<T>(
+          p, begin, end, [&](int64_t t) { return p.offsets[t + 1] - p.offsets[t]; },
+          [&](int64_t t, int64_t m) { return p.slots[p.offsets[t] + m]; }, stream);
+    } else {
+      const int64_t K = p.topk;
+      internal::Balance211(p.tokens, parts, part, &begin, &end);
+      UnpermuteRows<T>(
+          p, begin, end, [&](int64_t) { return K; }, [&](int64_t t, int64_t m) { return t * K + m; }, stream);
+    }
+    if (stream) hwy::FlushStream();
+    int64_t i_begin, i_end;
+    internal::Balance211(N, parts, part, &i_begin, &i_end);
+    WithFloatType(p.weight_dtype, [&](auto w) { WriteIndices<decltype(w)>(p, i_begin, i_end); });
+  });
+}
+
+void TokenUnpermuteWithRoutingMapImpl(const TokenUnpermuteWithRoutingMapTask& p) {
+  WithFloatType(p.dtype, [&](auto zero) { UnpermuteTyped<decltype(zero)>(p); });
+}
+
+}  // namespace moegrad::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace moegrad::kernels {
+
+MOEGRAD_KERNEL_ENTRY(RunTokenUnpermuteWithRoutingMap, TokenUnpermuteWithRoutingMapImpl,
+                     TokenUnpermuteWithRoutingMapTask)
+
+}  // namespace moegrad::kernels
+#endif  // HWY_ONCE
