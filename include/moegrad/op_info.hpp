@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "moegrad/ops.hpp"
@@ -75,6 +76,14 @@ struct AttrArg {
   }
 };
 
+// One optional integer-list attribute of `Args` (an aclIntArray in the aclnn signature, e.g. restoreShape), in
+// OpInfo<Args>::kIntArrays. The aclnn signatures that have them put them after the integer attributes.
+template <typename Args>
+struct IntArrayArg {
+  const char* name;  // e.g. "restoreShapeOptional"
+  std::optional<std::vector<int64_t>> Args::*value;
+};
+
 namespace op_info {
 
 constexpr DTypeGroup kTokens = DTypeGroup::kTokens;
@@ -106,12 +115,14 @@ constexpr TensorArg<A> Out(const char* name, std::optional<TensorView> A::*m, DT
 template <typename A>
 constexpr AttrArg<A> Attr(const char* name, int64_t A::*m) { return {name, m, nullptr}; }
 template <typename A>
+constexpr IntArrayArg<A> IntArray(const char* name, std::optional<std::vector<int64_t>> A::*m) { return {name, m}; }
+template <typename A>
 constexpr AttrArg<A> Attr(const char* name, bool A::*m) { return {name, nullptr, m}; }
 
 }  // namespace op_info
 
 // Specialized below for each operator's argument struct: kName, kKey, kPlan / kRun / kInfer (its C++ API
-// functions), kTensors, kAttrs.
+// functions), kTensors, kAttrs, and kIntArrays where it has integer-list attributes.
 template <typename Args>
 struct OpInfo;
 
@@ -251,6 +262,35 @@ struct OpInfo<InitRoutingV2GradArgs> {
                                           op_info::Attr("activeNum", &A::active_num)};
 };
 
+template <>
+struct OpInfo<TokenUnpermuteWithRoutingMapGradArgs> {
+  using A = TokenUnpermuteWithRoutingMapGradArgs;
+  static constexpr Status (*kPlan)(const A&, Plan*) = &PlanTokenUnpermuteWithRoutingMapGrad;  // phase one
+  static constexpr Status (*kRun)(const A&) = &TokenUnpermuteWithRoutingMapGrad;               // plan, allocate, run
+  static constexpr Status (*kInfer)(const A&, std::vector<OutputSpec>*) =  // output query
+      &InferTokenUnpermuteWithRoutingMapGradOutputs;
+  static constexpr const char* kName = "MoeTokenUnpermuteWithRoutingMapGrad";
+  static constexpr const char* kKey = "token-unpermute-with-routing-map-grad";
+  static constexpr TensorArg<A> kTensors[] = {
+      op_info::In("unpermutedTokensGrad", &A::unpermuted_tokens_grad, op_info::kTokens),
+      op_info::In("outIndex", &A::out_index),
+      op_info::In("permuteTokenId", &A::permute_token_id),
+      op_info::In("routingMapOptional", &A::routing_map),
+      op_info::In("permutedTokensOptional", &A::permuted_tokens, op_info::kTokens),
+      op_info::In("probsOptional", &A::probs, op_info::kWeights),
+      op_info::Out("permutedTokensGradOut", &A::permuted_tokens_grad, op_info::kTokens),
+      op_info::Out("probsGradOutOptional", &A::probs_grad, op_info::kWeights, &A::probs)};
+  static constexpr AttrArg<A> kAttrs[] = {op_info::Attr("dropAndPad", &A::drop_and_pad)};
+  static constexpr IntArrayArg<A> kIntArrays[] = {op_info::IntArray("restoreShapeOptional", &A::restore_shape)};
+};
+
+// The number of kIntArrays of OpInfo<Args> (0 for an operator without them).
+template <typename Args, typename = void>
+constexpr size_t kNumIntArrays = 0;
+template <typename Args>
+constexpr size_t kNumIntArrays<Args, std::void_t<decltype(OpInfo<Args>::kIntArrays)>> =
+    sizeof(OpInfo<Args>::kIntArrays) / sizeof(OpInfo<Args>::kIntArrays[0]);
+
 // Calls fn(OpInfo<Args>()) for every operator's Args, in the order of the README's operator table.
 template <typename Fn>
 void ForEachOp(const Fn& fn) {
@@ -260,6 +300,7 @@ void ForEachOp(const Fn& fn) {
   fn(OpInfo<TokenPermuteWithRoutingMapArgs>());
   fn(OpInfo<InitRoutingV2Args>());
   fn(OpInfo<InitRoutingV2GradArgs>());
+  fn(OpInfo<TokenUnpermuteWithRoutingMapGradArgs>());
 }
 
 }  // namespace moegrad

@@ -13,5 +13,6 @@ void FinalizeRoutingV2(const FinalizeRoutingV2Args& a);
 void TokenPermuteWithRoutingMap(const TokenPermuteWithRoutingMapArgs& a);
 void InitRoutingV2(const InitRoutingV2Args& a);
 void InitRoutingV2Grad(const InitRoutingV2GradArgs& a);
+void TokenUnpermuteWithRoutingMapGrad(const TokenUnpermuteWithRoutingMapGradArgs& a);
 
 }  // namespace moegrad::ref

@@ -18,6 +18,7 @@
 #include "aclnnop/aclnn_moe_init_routing_v2_grad.h"
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map.h"
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
+#include "aclnnop/aclnn_moe_token_unpermute_with_routing_map_grad.h"
 #include "moegrad/op_info.hpp"
 #include "moegrad/ops.hpp"
 #include "src/ref/reference.h"
@@ -41,6 +42,7 @@ MOEGRAD_TEST_OP_ENTRY(FinalizeRoutingV2);
 MOEGRAD_TEST_OP_ENTRY(TokenPermuteWithRoutingMap);
 MOEGRAD_TEST_OP_ENTRY(InitRoutingV2);
 MOEGRAD_TEST_OP_ENTRY(InitRoutingV2Grad);
+MOEGRAD_TEST_OP_ENTRY(TokenUnpermuteWithRoutingMapGrad);
 #undef MOEGRAD_TEST_OP_ENTRY
 
 // The argument struct of an OpInfo (what ForEachOp hands out).
@@ -112,17 +114,20 @@ Args MakeArgs(const TensorView* const* views, const int64_t* attrs) {
 }
 
 namespace detail {
-template <typename Args, size_t... I, size_t... J, size_t... K>
+template <size_t>
+constexpr const aclIntArray* kNoArray = nullptr;
+
+template <typename Args, size_t... I, size_t... J, size_t... L, size_t... K>
 aclnnStatus AclnnPhaseOne(aclTensor* const* tensors, const int64_t* attrs, uint64_t* workspace_size,
                           aclOpExecutor** executor, std::index_sequence<I...>, std::index_sequence<J...>,
-                          std::index_sequence<K...>) {
-  return OpEntry<Args>::kAclnnPhaseOne(tensors[I]..., attrs[J]..., tensors[sizeof...(I) + K]..., workspace_size,
-                                       executor);
+                          std::index_sequence<L...>, std::index_sequence<K...>) {
+  return OpEntry<Args>::kAclnnPhaseOne(tensors[I]..., attrs[J]..., kNoArray<L>..., tensors[sizeof...(I) + K]...,
+                                       workspace_size, executor);
 }
 }  // namespace detail
 
 // aclnn's phase one of the operator of `Args`: `tensors` (null: absent) in kTensors order, `attrs` in kAttrs
-// order.
+// order; integer-list attributes (OpInfo<Args>::kIntArrays) absent.
 template <typename Args>
 aclnnStatus AclnnPhaseOne(aclTensor* const* tensors, const int64_t* attrs, uint64_t* workspace_size,
                           aclOpExecutor** executor) {
@@ -130,6 +135,7 @@ aclnnStatus AclnnPhaseOne(aclTensor* const* tensors, const int64_t* attrs, uint6
   constexpr size_t kInputs = NumInputs<Args>();
   return detail::AclnnPhaseOne<Args>(tensors, attrs, workspace_size, executor, std::make_index_sequence<kInputs>(),
                                      std::make_index_sequence<kNumAttrs<Args>>(),
+                                     std::make_index_sequence<kNumIntArrays<Args>>(),
                                      std::make_index_sequence<kNumTensors<Args> - kInputs>());
 }
 

@@ -10,6 +10,7 @@
 #include "src/backend/op_backend.h"
 #include "src/backend/token_permute_with_routing_map.h"
 #include "src/backend/token_permute_with_routing_map_grad.h"
+#include "src/backend/token_unpermute_with_routing_map_grad.h"
 
 namespace moegrad::backend::cpu {
 
@@ -20,6 +21,7 @@ const OpBackend<FinalizeRoutingV2Problem>* For(const FinalizeRoutingV2Problem*);
 const OpBackend<TokenPermuteWithRoutingMapProblem>* For(const TokenPermuteWithRoutingMapProblem*);
 const OpBackend<InitRoutingV2Problem>* For(const InitRoutingV2Problem*);
 const OpBackend<InitRoutingV2GradProblem>* For(const InitRoutingV2GradProblem*);
+const OpBackend<TokenUnpermuteWithRoutingMapGradProblem>* For(const TokenUnpermuteWithRoutingMapGradProblem*);
 
 // The one instance of an operator's CPU backend class, which its For() returns.
 template <typename Backend>

@@ -128,18 +128,16 @@ aclnnStatus FinishPhaseOne(const char* op, const core::Status& status, ops::Plan
 aclnnStatus RunPhaseTwo(const char* op, void* workspace, uint64_t workspace_size, aclOpExecutor* executor,
                         aclrtStream stream);
 
-// Phase one of the operator whose arguments are `Args`: `tensors` and `attrs` are the aclnn parameters in the
-// order of OpInfo<Args>::kTensors and kAttrs. A required tensor that is null is NULLPTR; the rest is the
-// operator layer's.
-template <typename Args, size_t kTensors, size_t kAttrs>
-aclnnStatus PhaseOne(const aclTensor* const (&tensors)[kTensors], const int64_t (&attrs)[kAttrs],
-                     uint64_t* workspace_size, aclOpExecutor** executor) {
+// Phase one of the operator whose arguments are `Args`: `tensors`, `attrs` and `arrays` are the aclnn
+// parameters in the order of OpInfo<Args>::kTensors, kAttrs and kIntArrays (a null array: absent). A required
+// tensor that is null is NULLPTR; the rest is the operator layer's.
+template <typename Args>
+aclnnStatus PhaseOneOf(const aclTensor* const* tensors, const int64_t* attrs, const aclIntArray* const* arrays,
+                       uint64_t* workspace_size, aclOpExecutor** executor) {
   using Info = OpInfo<Args>;
-  static_assert(kTensors == std::size(Info::kTensors) && kAttrs == std::size(Info::kAttrs),
-                "the aclnn parameters are the operator's OpInfo");
   Args args;
   core::Status status;
-  for (size_t i = 0; i < kTensors; ++i) {
+  for (size_t i = 0; i < std::size(Info::kTensors); ++i) {
     const aclTensor* t = tensors[i];
     const TensorArg<Args>& arg = Info::kTensors[i];
     if (t == nullptr && !arg.is_optional() && status.ok()) {
@@ -148,10 +146,34 @@ aclnnStatus PhaseOne(const aclTensor* const (&tensors)[kTensors], const int64_t 
     }
     arg.Set(args, View(t));
   }
-  for (size_t i = 0; i < kAttrs; ++i) Info::kAttrs[i].Set(args, attrs[i]);
+  for (size_t i = 0; i < std::size(Info::kAttrs); ++i) Info::kAttrs[i].Set(args, attrs[i]);
+  if constexpr (kNumIntArrays<Args> > 0) {
+    for (size_t i = 0; i < kNumIntArrays<Args>; ++i) {
+      if (arrays[i] != nullptr) args.*(Info::kIntArrays[i].value) = IntArrayValues(arrays[i]);
+    }
+  }
   ops::PlanPtr plan;
   if (status.ok()) status = ops::Plan(args, &plan);
   return FinishPhaseOne(Info::kName, status, std::move(plan), workspace_size, executor);
+}
+
+template <typename Args, size_t kTensors, size_t kAttrs>
+aclnnStatus PhaseOne(const aclTensor* const (&tensors)[kTensors], const int64_t (&attrs)[kAttrs],
+                     uint64_t* workspace_size, aclOpExecutor** executor) {
+  static_assert(kTensors == std::size(OpInfo<Args>::kTensors) && kAttrs == std::size(OpInfo<Args>::kAttrs) &&
+                    kNumIntArrays<Args> == 0,
+                "the aclnn parameters are the operator's OpInfo");
+  return PhaseOneOf<Args>(tensors, attrs, nullptr, workspace_size, executor);
+}
+
+template <typename Args, size_t kTensors, size_t kAttrs, size_t kArrays>
+aclnnStatus PhaseOne(const aclTensor* const (&tensors)[kTensors], const int64_t (&attrs)[kAttrs],
+                     const aclIntArray* const (&arrays)[kArrays], uint64_t* workspace_size,
+                     aclOpExecutor** executor) {
+  static_assert(kTensors == std::size(OpInfo<Args>::kTensors) && kAttrs == std::size(OpInfo<Args>::kAttrs) &&
+                    kArrays == kNumIntArrays<Args>,
+                "the aclnn parameters are the operator's OpInfo");
+  return PhaseOneOf<Args>(tensors, attrs, arrays, workspace_size, executor);
 }
 
 // Phase two of the operator whose arguments are `Args`.
