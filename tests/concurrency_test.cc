@@ -48,7 +48,7 @@ using testing::TestTensor;
 constexpr int kThreads = 4;
 constexpr int kRounds = 3;
 enum Op { kFinalizeRoutingV2Grad, kFinalizeRoutingV2, kTokenPermuteWithRoutingMap, kTokenPermuteWithRoutingMapGrad,
-          kInitRoutingV2, kInitRoutingV2Grad, kNumOps };
+          kInitRoutingV2, kInitRoutingV2Grad, kTokenUnpermuteWithRoutingMapGrad, kNumOps };
 
 std::vector<int32_t> Permutation(int64_t n, std::mt19937_64& rng) {
   std::vector<int32_t> p(static_cast<size_t>(n));
@@ -75,6 +75,9 @@ struct Workload {
   TestTensor ir_x, ir_idx, ir_out, ir_row_idx, ir_counts;
   // MoeInitRoutingV2Grad, dropPadMode 0 with activeNum R*K - R/2 (the pairs reading rows past it skipped).
   TestTensor ig_grad, ig_idx, ig_out;
+  // MoeTokenUnpermuteWithRoutingMapGrad, dropless with probs (the permute's map), MindSpeed's sortedIndices as
+  // both index inputs.
+  TestTensor ug_grad, ug_idx, ug_perm, ug_probs, ug_perm_grad, ug_probs_grad;
   // The calls over those tensors (which they point to: a Workload stays where it was made).
   TestCall<FinalizeRoutingV2GradArgs> finalize_routing_v2_grad;
   TestCall<FinalizeRoutingV2Args> finalize_routing_v2;
@@ -82,6 +85,7 @@ struct Workload {
   TestCall<TokenPermuteWithRoutingMapGradArgs> token_permute_with_routing_map_grad;
   TestCall<InitRoutingV2Args> init_routing_v2;
   TestCall<InitRoutingV2GradArgs> init_routing_v2_grad;
+  TestCall<TokenUnpermuteWithRoutingMapGradArgs> token_unpermute_with_routing_map_grad;
 
   explicit Workload(int seed)
       : R(80 + 24 * seed), K(1 + seed % 4), H(384 + 40 * seed + seed % 3), E(8 + 4 * seed),
@@ -166,6 +170,16 @@ struct Workload {
     init_routing_v2.attrs = {active, drop_pad ? capacity : 0, E, drop_pad ? 1 : 0, 1, drop_pad};
     init_routing_v2_grad.tensors = {&ig_grad, &ig_idx, &ig_out};
     init_routing_v2_grad.attrs = {K, 0, R * K - R / 2};  // topK, dropPadMode, activeNum
+
+    ug_grad = f({R, H});
+    ug_idx = i32({R * K}, Permutation(R * K, rng));
+    ug_perm = f({R * K, H});
+    ug_probs = f({R, E});
+    ug_perm_grad = out(dt, {R * K, H});
+    ug_probs_grad = out(dt, {R, E});
+    token_unpermute_with_routing_map_grad.tensors = {&ug_grad,  &ug_idx,   &ug_idx,       &pg_map,
+                                                     &ug_perm,  &ug_probs, &ug_perm_grad, &ug_probs_grad};
+    token_unpermute_with_routing_map_grad.attrs = {false};  // dropAndPad
   }
   Workload(const Workload&) = delete;
   Workload& operator=(const Workload&) = delete;
@@ -179,6 +193,7 @@ struct Workload {
       case kTokenPermuteWithRoutingMap: return fn(token_permute_with_routing_map);
       case kTokenPermuteWithRoutingMapGrad: return fn(token_permute_with_routing_map_grad);
       case kInitRoutingV2Grad: return fn(init_routing_v2_grad);
+      case kTokenUnpermuteWithRoutingMapGrad: return fn(token_unpermute_with_routing_map_grad);
       default: return fn(init_routing_v2);
     }
   }

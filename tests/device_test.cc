@@ -105,6 +105,7 @@ TEST(Device, UnsupportedDeviceFailsCleanlyInEveryOperator) {
   CheckOperator(TokenPermuteWithRoutingMapCall());
   CheckOperator(InitRoutingV2Call());
   CheckOperator(InitRoutingV2GradCall());
+  CheckOperator(TokenUnpermuteWithRoutingMapGradCall());
 }
 
 TEST(Device, StatusIsNotInvalidArgument) {
