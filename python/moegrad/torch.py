@@ -22,6 +22,7 @@ __all__ = [
     "moe_token_permute_with_routing_map_grad",
     "moe_init_routing_v2_grad",
     "moe_init_routing_v2",
+    "moe_token_unpermute_with_routing_map_grad",
 ]
 
 _DTYPE_NAMES = {
@@ -89,6 +90,24 @@ def _attr(key, name, value):
     return number
 
 
+def _int_list(key, name, value):
+    """value as integer-list attribute `name` of operator `key` (an aclIntArray in C): None, or a sequence of
+    int64s (anything with __index__ but a bool), as a list."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, torch.Tensor)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{_op(key)}: {name} must be a sequence of ints or None, not {_type_name(value)}")
+    numbers = []
+    for v in value:
+        if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+            raise TypeError(f"{_op(key)}: {name} must hold ints, not {_type_name(v)}")
+        number = operator.index(v)
+        if not _INT64_MIN <= number <= _INT64_MAX:
+            raise ValueError(f"{_op(key)}: {name} holds {number}, outside the int64 range [-2**63, 2**63)")
+        numbers.append(number)
+    return numbers
+
+
 def _check(key, tensors, attrs, may_be_none=()):
     """Checks `tensors` and converts `attrs` (by the operator's names; None stays None for the attributes named
     in may_be_none) as _tensor and _attr do, in the operator's order: what must hold before torch.ops' schema
@@ -124,21 +143,27 @@ def _empty(key, name, spec):
 
 # --- the operators on plain tensors (the CPU kernels of torch.ops.moegrad.*) ----------------------------
 
-def _run(key, tensors, attrs):
-    """Runs _C.<key> with `tensors` (inputs) and `attrs` by the names of the operator's description (_C.OPS[key],
-    the library's OpInfo), absent tensors None: phase one's output query first (every rule; ValueError with the
-    library's message), then the outputs it reports allocated, then the call. Returns {output name: tensor, or
-    None where the call writes none}."""
+def _run(key, tensors, attrs, arrays=None):
+    """Runs _C.<key> with `tensors` (inputs), `attrs` and `arrays` (integer-list attributes) by the names of the
+    operator's description (_C.OPS[key], _C.INFO[key]["arrays"]: the library's OpInfo), absent tensors and
+    arrays None: phase one's output query first (every rule; ValueError with the library's message), then the
+    outputs it reports allocated, then the call. Returns {output name: tensor, or None where the call writes
+    none}."""
     tensor_names, attr_names = _C.OPS[key]
-    unknown = (set(tensors) - set(_C.INFO[key]["inputs"])) | (set(attrs) ^ set(attr_names))
+    array_names = _C.INFO[key]["arrays"]
+    arrays = arrays or {}
+    unknown = ((set(tensors) - set(_C.INFO[key]["inputs"])) | (set(attrs) ^ set(attr_names)) |
+               (set(arrays) - set(array_names)))
     if unknown:
         raise TypeError(f"moegrad: {key}: unknown or missing argument {sorted(unknown)[0]}")
     inputs = _C.INFO[key]["inputs"]
     descs = [_desc(key, n, tensors.get(n)) if n in inputs else None for n in tensor_names]
     values = [int(_attr(key, n, attrs[n])) for n in attr_names]
-    outputs = {n: _empty(key, n, spec) for n, spec in getattr(_C, key + "_outputs")(descs, values).items()}
+    # The integer-list attributes, a third argument only for an operator that has them.
+    lists = ([_int_list(key, n, arrays.get(n)) for n in array_names],) if array_names else ()
+    outputs = {n: _empty(key, n, spec) for n, spec in getattr(_C, key + "_outputs")(descs, values, *lists).items()}
     descs = [_desc(key, n, outputs[n]) if n in outputs else d for n, d in zip(tensor_names, descs)]
-    getattr(_C, key)(descs, values)
+    getattr(_C, key)(descs, values, *lists)
     return outputs
 
 
@@ -195,6 +220,15 @@ def _init_routing(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, 
                     expertTokensBeforeCapacityFlag=expert_tokens_before_capacity_flag))
     return (out["expandedXOut"], out["expandedRowIdxOut"], out["expertTokensCountOrCumsumOut"],
             out["expertTokensBeforeCapacityOut"])
+
+
+def _unpermute_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None, permuted_tokens=None,
+                    probs=None, drop_and_pad=False, restore_shape=None):
+    out = _run("token_unpermute_with_routing_map_grad",
+               dict(unpermutedTokensGrad=unpermuted_tokens_grad, outIndex=out_index, permuteTokenId=permute_token_id,
+                    routingMapOptional=routing_map, permutedTokensOptional=permuted_tokens, probsOptional=probs),
+               dict(dropAndPad=drop_and_pad), dict(restoreShapeOptional=restore_shape))
+    return out["permutedTokensGradOut"], out["probsGradOutOptional"]
 
 
 # --- not differentiable -----------------------------------------------------------------------------------
@@ -394,6 +428,15 @@ def _init_routing_grad_autograd(grad_expanded_x, expanded_row_idx, top_k, drop_p
                                (grad_expanded_x,))[0]
 
 
+def _unpermute_grad_autograd(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
+                             permuted_tokens=None, probs=None, drop_and_pad=False, restore_shape=None):
+    results = _unpermute_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map, permuted_tokens,
+                              probs, drop_and_pad, restore_shape)
+    return _not_differentiable(
+        _grad_op_outputs_message("token_unpermute_with_routing_map_grad", "moe_token_unpermute_with_routing_map_grad"),
+        results, (unpermuted_tokens_grad, permuted_tokens, probs))
+
+
 # --- torch.ops.moegrad.* ----------------------------------------------------------------------------------
 
 _SCHEMAS = {
@@ -418,6 +461,10 @@ _SCHEMAS = {
         "(Tensor x, Tensor expert_idx, int active_num=0, int expert_capacity=0, int expert_num=0, "
         "int drop_pad_mode=0, int expert_tokens_count_or_cumsum_flag=0, bool expert_tokens_before_capacity_flag=False) "
         "-> (Tensor, Tensor, Tensor?, Tensor?)",
+    "moe_token_unpermute_with_routing_map_grad":
+        "(Tensor unpermuted_tokens_grad, Tensor out_index, Tensor permute_token_id, Tensor? routing_map=None, "
+        "Tensor? permuted_tokens=None, Tensor? probs=None, bool drop_and_pad=False, int[]? restore_shape=None) "
+        "-> (Tensor, Tensor?)",
 }
 # name -> (CPU kernel, Autograd kernel)
 _KERNELS = {
@@ -427,6 +474,7 @@ _KERNELS = {
     "moe_token_permute_with_routing_map_grad": (_permute_grad, _permute_grad_autograd),
     "moe_init_routing_v2_grad": (_init_routing_grad, _init_routing_grad_autograd),
     "moe_init_routing_v2": (_init_routing, _init_routing_autograd),
+    "moe_token_unpermute_with_routing_map_grad": (_unpermute_grad, _unpermute_grad_autograd),
 }
 
 
@@ -550,3 +598,27 @@ def moe_init_routing_v2(x, expert_idx, active_num=0, expert_capacity=0, expert_n
     return _ENTRY["moe_init_routing_v2"](x, expert_idx, a["activeNum"], a["expertCapacity"], a["expertNum"],
                                          a["dropPadMode"], a["expertTokensCountOrCumsumFlag"],
                                          a["expertTokensBeforeCapacityFlag"])
+
+
+def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
+                                              permuted_tokens=None, probs=None, drop_and_pad=False,
+                                              restore_shape=None):
+    """The operator MoeTokenUnpermuteWithRoutingMapGrad: the backward of the routing-map combine.
+
+    Pairs i of out_index (N) INT32 / permute_token_id (N) INT32 as MoeTokenUnpermuteWithRoutingMap writes them:
+    row out_index[i], token i / K (dropless, K = N / T; permute_token_id is not read) or permute_token_id[i]
+    (drop_and_pad), weight probs[token][expert] (1 without probs). Returns (permuted_tokens_grad (N, H): each row
+    the weighted sum of its pairs' rows of unpermuted_tokens_grad (T, H); probs_grad (T, E), the dot products
+    permuted_tokens[row] . unpermuted_tokens_grad[token] summed per (token, expert), or None without probs).
+    probs needs routing_map and permuted_tokens; restore_shape, when given, must be (T, H). The outputs are not
+    differentiable.
+    """
+    key = "token_unpermute_with_routing_map_grad"
+    a = _check(key, dict(unpermutedTokensGrad=unpermuted_tokens_grad, outIndex=out_index,
+                         permuteTokenId=permute_token_id, routingMapOptional=routing_map,
+                         permutedTokensOptional=permuted_tokens, probsOptional=probs),
+               dict(dropAndPad=drop_and_pad))
+    shape = _int_list(key, "restoreShapeOptional", restore_shape)
+    return _ENTRY["moe_token_unpermute_with_routing_map_grad"](unpermuted_tokens_grad, out_index, permute_token_id,
+                                                                 routing_map, permuted_tokens, probs, a["dropAndPad"],
+                                                                 shape)

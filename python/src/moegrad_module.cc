@@ -5,10 +5,11 @@
 // caller. Every rule is the library's; the only checks here are those a TensorView cannot express.
 //
 // Each operator is one function, named after its command-line key in snake case (OpInfo<Args>::kKey), taking
-// its tensors (None where absent) and its attributes as two lists in the order of OpInfo<Args>, and one more,
-// <name>_outputs, its output query (the outputs' shapes and dtypes, or the library's error, before the outputs
-// exist); _C.OPS maps each name to those two lists of names, _C.INFO to its CANN name, inputs, outputs, required
-// tensors and boolean attributes.
+// its tensors (None where absent) and its attributes as two lists in the order of OpInfo<Args> (and, for an
+// operator with integer-list attributes such as restoreShape, a third list of them, None where absent), and one
+// more, <name>_outputs, its output query (the outputs' shapes and dtypes, or the library's error, before the
+// outputs exist); _C.OPS maps each name to the first two lists of names, _C.INFO to its CANN name, inputs,
+// outputs, required tensors, boolean attributes and integer-list attributes ("arrays").
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -27,6 +28,7 @@ namespace {
 
 using Desc = std::tuple<uintptr_t, int32_t, std::vector<int64_t>, std::vector<int64_t>>;
 using OptDesc = std::optional<Desc>;
+using OptList = std::optional<std::vector<int64_t>>;
 
 moegrad::TensorView ToView(const Desc& d, const char* name) {
   const auto& [ptr, dtype, sizes, strides] = d;
@@ -66,11 +68,13 @@ void RunReleased(Fn&& call) {
   if (!status.ok()) throw py::value_error(status.message());
 }
 
-// The C++ arguments of a call of the operator of `Args`: `tensors` (None where absent) and `attrs` in the order
-// of its OpInfo. A required tensor that is None fails with the library's NULLPTR message (the one aclnn gives
-// for a null tensor) as ValueError; `query` (the output query) leaves the outputs out, given or not.
+// The C++ arguments of a call of the operator of `Args`: `tensors` (None where absent), `attrs` and `arrays`
+// (its integer-list attributes, None where absent; an empty list of them: all absent) in the order of its
+// OpInfo. A required tensor that is None fails with the library's NULLPTR message (the one aclnn gives for a
+// null tensor) as ValueError; `query` (the output query) leaves the outputs out, given or not.
 template <typename Args>
-Args ToArgs(const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs, bool query) {
+Args ToArgs(const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs,
+            const std::vector<OptList>& arrays, bool query) {
   using Info = moegrad::OpInfo<Args>;
   constexpr size_t kTensors = std::size(Info::kTensors), kAttrs = std::size(Info::kAttrs);
   if (tensors.size() != kTensors || attrs.size() != kAttrs) {
@@ -89,6 +93,16 @@ Args ToArgs(const std::vector<OptDesc>& tensors, const std::vector<int64_t>& att
     arg.Set(a, v ? &*v : nullptr);
   }
   for (size_t i = 0; i < kAttrs; ++i) Info::kAttrs[i].Set(a, attrs[i]);
+  constexpr size_t kArrays = moegrad::kNumIntArrays<Args>;
+  if (!arrays.empty() && arrays.size() != kArrays) {
+    throw py::value_error(std::string(Info::kName) + ": takes " + std::to_string(kArrays) +
+                          " integer-list attributes, got " + std::to_string(arrays.size()));
+  }
+  if constexpr (kArrays > 0) {
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      if (arrays[i]) a.*(Info::kIntArrays[i].value) = *arrays[i];
+    }
+  }
   return a;
 }
 
@@ -100,7 +114,7 @@ void DefineOperator(py::module_& m, py::dict& ops, py::dict& infos, moegrad::OpI
   using Info = decltype(info);
   std::string name = Info::kKey;
   for (char& ch : name) ch = ch == '-' ? '_' : ch;
-  py::list tensor_names, attr_names, inputs, outputs, required, flags;
+  py::list tensor_names, attr_names, inputs, outputs, required, flags, arrays;
   for (const auto& t : Info::kTensors) {
     tensor_names.append(t.name);
     (t.role == moegrad::ArgRole::kInput ? inputs : outputs).append(t.name);
@@ -110,6 +124,9 @@ void DefineOperator(py::module_& m, py::dict& ops, py::dict& infos, moegrad::OpI
     attr_names.append(a.name);
     if (a.flag != nullptr) flags.append(a.name);
   }
+  if constexpr (moegrad::kNumIntArrays<Args> > 0) {
+    for (const auto& a : Info::kIntArrays) arrays.append(a.name);
+  }
   ops[py::str(name)] = py::make_tuple(tensor_names, attr_names);
   py::dict d;
   d["name"] = Info::kName;
@@ -117,20 +134,23 @@ void DefineOperator(py::module_& m, py::dict& ops, py::dict& infos, moegrad::OpI
   d["outputs"] = outputs;
   d["required"] = required;
   d["flags"] = flags;
+  d["arrays"] = arrays;  // the integer-list attributes, the third argument of the functions
   infos[py::str(name)] = d;
   m.def(
       name.c_str(),
-      [](const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs) {
-        const Args a = ToArgs<Args>(tensors, attrs, false);
+      [](const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs,
+         const std::vector<OptList>& arrays) {
+        const Args a = ToArgs<Args>(tensors, attrs, arrays, false);
         RunReleased([&] { return Info::kRun(a); });
       },
-      py::arg("tensors"), py::arg("attrs"),
+      py::arg("tensors"), py::arg("attrs"), py::arg("arrays") = std::vector<OptList>{},
       (std::string(Info::kName) + " through the C++ API: tensors and attributes in the order of _C.OPS['" + name +
        "']").c_str());
   m.def(
       (name + "_outputs").c_str(),
-      [](const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs) {
-        const Args a = ToArgs<Args>(tensors, attrs, true);
+      [](const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs,
+         const std::vector<OptList>& arrays) {
+        const Args a = ToArgs<Args>(tensors, attrs, arrays, true);
         std::vector<moegrad::OutputSpec> specs;
         const moegrad::Status status = Info::kInfer(a, &specs);
         if (!status.ok()) throw py::value_error(status.message());
@@ -146,7 +166,7 @@ void DefineOperator(py::module_& m, py::dict& ops, py::dict& infos, moegrad::OpI
         }
         return result;
       },
-      py::arg("tensors"), py::arg("attrs"),
+      py::arg("tensors"), py::arg("attrs"), py::arg("arrays") = std::vector<OptList>{},
       (std::string(Info::kName) + "'s output query (phase one without the outputs; their entries in tensors are "
        "ignored): {output: (dtype code, sizes) or None when not written}").c_str());
 }

@@ -35,6 +35,10 @@ _FUNCTIONS = {
         expert_num="expertNum", drop_pad_mode="dropPadMode",
         expert_tokens_count_or_cumsum_flag="expertTokensCountOrCumsumFlag",
         expert_tokens_before_capacity_flag="expertTokensBeforeCapacityFlag")),
+    "moe_token_unpermute_with_routing_map_grad": ("token_unpermute_with_routing_map_grad", dict(
+        unpermuted_tokens_grad="unpermutedTokensGrad", out_index="outIndex", permute_token_id="permuteTokenId",
+        routing_map="routingMapOptional", permuted_tokens="permutedTokensOptional", probs="probsOptional",
+        drop_and_pad="dropAndPad", restore_shape="restoreShapeOptional")),
 }
 
 
@@ -60,6 +64,11 @@ def _base(function):
     if function == "moe_init_routing_v2":
         return dict(x=torch.randn(4, 3), expert_idx=_i32(0, 2, 1, 2, 2, 0, 1, 1).view(4, 2), expert_num=3,
                     expert_tokens_count_or_cumsum_flag=1)
+    if function == "moe_token_unpermute_with_routing_map_grad":  # T 3, E 4, K 2, H 3
+        return dict(unpermuted_tokens_grad=torch.randn(3, 3), out_index=torch.randperm(6).int(),
+                    permute_token_id=_i32(0, 0, 1, 1, 2, 2),
+                    routing_map=torch.tensor([[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]).bool(),
+                    permuted_tokens=torch.randn(6, 3), probs=torch.rand(3, 4), restore_shape=(3, 3))
     return dict(permuted_token_output_grad=torch.randn(8, 3), sorted_indices=torch.randperm(8).int(), num_experts=2,
                 tokens_num=4, permuted_probs_output_grad=torch.randn(8), routing_map=torch.ones(4, 2).bool())
 
@@ -75,6 +84,8 @@ def _outputs(function):
         "moe_init_routing_v2_grad": dict(out=torch.empty(4, 3)),
         "moe_init_routing_v2": dict(expandedXOut=torch.empty(8, 3), expandedRowIdxOut=torch.empty(8, dtype=torch.int32),
                                     expertTokensCountOrCumsumOut=torch.empty(3, dtype=torch.int32)),
+        "moe_token_unpermute_with_routing_map_grad": dict(permutedTokensGradOut=torch.empty(6, 3),
+                                                          probsGradOutOptional=torch.empty(3, 4)),
     }[function]
 
 
@@ -88,8 +99,9 @@ def _direct_message(function, kwargs, outputs):
                                               tuple(lib[n].stride())) for n in tensor_names]
     defaults = dict(numOutTokens=4, dropAndPad=0, dropPadMode=0, activeNum=0, expertNum=0, expertCapacity=0, topK=0)
     attrs = [int(lib.get(n, defaults.get(n, 0))) for n in attr_names]
+    arrays = [None if lib.get(n) is None else list(lib[n]) for n in _C.INFO[key]["arrays"]]
     with pytest.raises(ValueError) as info:
-        getattr(_C, key)(descs, attrs)
+        getattr(_C, key)(descs, attrs, arrays)
     return str(info.value)
 
 
@@ -115,6 +127,7 @@ _PERMUTE, _FINALIZE = "moe_token_permute_with_routing_map", "moe_finalize_routin
 _FINALIZE_GRAD, _PERMUTE_GRAD = "moe_finalize_routing_v2_grad", "moe_token_permute_with_routing_map_grad"
 _INIT_GRAD = "moe_init_routing_v2_grad"
 _INIT = "moe_init_routing_v2"
+_UNPERMUTE_GRAD = "moe_token_unpermute_with_routing_map_grad"
 
 CASES = [
     # Attributes the Python layer used to size outputs with: the library's rule comes first.
@@ -245,6 +258,43 @@ CASES = [
          ["expertNum*expertCapacity = 65536*32768 rows do not fit INT32 expandedRowIdx"]),
     Case("expert_tokens_before_capacity_flag 2", _INIT, dict(expert_tokens_before_capacity_flag=2), ValueError,
          ["expertTokensBeforeCapacityFlag = 2 must be a bool"]),
+    # MoeTokenUnpermuteWithRoutingMapGrad: restoreShape (an aclIntArray), what probs requires, dtypes, index data.
+    Case("restore_shape (3, 4)", _UNPERMUTE_GRAD, dict(restore_shape=(3, 4)), ValueError,
+         ["restoreShapeOptional is (3, 4) but unpermutedTokensGrad is (3, 3)"], _outputs(_UNPERMUTE_GRAD)),
+    Case("restore_shape [3, 3, 1]", _UNPERMUTE_GRAD, dict(restore_shape=[3, 3, 1]), ValueError,
+         ["restoreShapeOptional is (3, 3, 1) but unpermutedTokensGrad is (3, 3)"], _outputs(_UNPERMUTE_GRAD)),
+    Case("restore_shape '33'", _UNPERMUTE_GRAD, dict(restore_shape="33"), TypeError,
+         ["restoreShapeOptional must be a sequence of ints or None, not str"]),
+    Case("restore_shape 3", _UNPERMUTE_GRAD, dict(restore_shape=3), TypeError,
+         ["restoreShapeOptional must be a sequence of ints or None, not int"]),
+    Case("restore_shape (3.0, 3)", _UNPERMUTE_GRAD, dict(restore_shape=(3.0, 3)), TypeError,
+         ["restoreShapeOptional must hold ints, not float"]),
+    Case("restore_shape (2**63, 3)", _UNPERMUTE_GRAD, dict(restore_shape=(2**63, 3)), ValueError,
+         ["restoreShapeOptional holds 9223372036854775808, outside the int64 range"]),
+    Case("probs without permuted_tokens", _UNPERMUTE_GRAD, dict(permuted_tokens=None), ValueError,
+         ["permutedTokensOptional (required with probsOptional) is required but is null"], _outputs(_UNPERMUTE_GRAD)),
+    Case("probs without routing_map", _UNPERMUTE_GRAD, dict(routing_map=None), ValueError,
+         ["routingMapOptional (required with probsOptional) is required but is null"], _outputs(_UNPERMUTE_GRAD)),
+    Case("float16 permuted_tokens", _UNPERMUTE_GRAD, dict(permuted_tokens=torch.randn(6, 3).half()), ValueError,
+         ["permutedTokensOptional is FLOAT16 but unpermutedTokensGrad is FLOAT32"], _outputs(_UNPERMUTE_GRAD)),
+    Case("int64 out_index", _UNPERMUTE_GRAD, dict(out_index=torch.arange(6)), ValueError,
+         ["outIndex has dtype INT64 but must be INT32"], _outputs(_UNPERMUTE_GRAD)),
+    Case("out_index of 5", _UNPERMUTE_GRAD, dict(out_index=torch.randperm(5).int()), ValueError,
+         ["permuteTokenId has 6 rows but outIndex has 5"], _outputs(_UNPERMUTE_GRAD)),
+    Case("1-D probs", _UNPERMUTE_GRAD, dict(probs=torch.rand(12)), ValueError,
+         ["probsOptional must be 2-D but has shape (12,)"], _outputs(_UNPERMUTE_GRAD)),
+    Case("drop_and_pad, N % E", _UNPERMUTE_GRAD, dict(drop_and_pad=True), ValueError,
+         ["outIndex has 6 rows, not a multiple of E = 4 (dropAndPad true: N = E*C)"], _outputs(_UNPERMUTE_GRAD)),
+    Case("out_index value 6", _UNPERMUTE_GRAD, dict(out_index=_i32(0, 6, 1, 2, 3, 4)), ValueError,
+         ["outIndex[1] = 6 is outside [0, 6) for dropAndPad false"], _outputs(_UNPERMUTE_GRAD)),
+    Case("routing_map row of 3", _UNPERMUTE_GRAD,
+         dict(routing_map=torch.tensor([[1, 1, 1, 0], [0, 1, 1, 0], [0, 0, 1, 1]]).bool()), ValueError,
+         ["routingMapOptional row 0 has 3 routed entries but dropAndPad false needs K = N / T = 2"],
+         _outputs(_UNPERMUTE_GRAD)),
+    Case("drop_and_pad, permute_token_id 3", _UNPERMUTE_GRAD,
+         dict(drop_and_pad=True, probs=None, routing_map=None, permute_token_id=_i32(0, 0, 1, 1, 2, 3)), ValueError,
+         ["permuteTokenId[5] = 3 is outside [0, 3) for dropAndPad true"],
+         dict(permutedTokensGradOut=torch.empty(6, 3))),
 ]
 
 # None for every required tensor, and a non-tensor (a numpy array, a list, an int) for every tensor, of every
@@ -377,6 +427,13 @@ def test_gradient_operator_outputs_are_not_differentiable(monkeypatch, through_o
     out = mt.moe_init_routing_v2_grad(grad, torch.randperm(8).int(), 2)
     _raises_one_line(lambda: out.sum().backward(),
                      "MoeInitRoutingV2Grad: " + _OUTPUTS.format("moe_init_routing_v2_grad"))
+    g = torch.randn(3, 3, requires_grad=True)
+    pg, prg = mt.moe_token_unpermute_with_routing_map_grad(
+        g, torch.randperm(6).int(), _i32(0, 0, 1, 1, 2, 2), torch.ones(3, 2).bool(), torch.randn(6, 3),
+        torch.rand(3, 2))
+    for out in (pg, prg):
+        _raises_one_line(lambda out=out: out.sum().backward(), "MoeTokenUnpermuteWithRoutingMapGrad: " +
+                         _OUTPUTS.format("moe_token_unpermute_with_routing_map_grad"))
     assert not mt.moe_init_routing_v2_grad(grad.detach(), torch.randperm(8).int(), 2).requires_grad
     # Without an input that requires grad (or without grad mode) the outputs are plain tensors.
     tg, pg = mt.moe_token_permute_with_routing_map_grad(grad.detach(), torch.randperm(8).int(), 2, 4)
