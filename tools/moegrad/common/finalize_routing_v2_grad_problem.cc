@@ -100,7 +100,8 @@ class FinalizeRoutingV2GradProblem final : public OpProblem<FinalizeRoutingV2Gra
   // summation error of at most u32 * (sum of |partial sums| of their order); for the reference's sequential
   // order that sum is computed here, and a blocked or tree order (as vector code uses) has smaller partial
   // sums. Allow three times it, plus 2*u32*sum|terms| for short rows, plus one rounding each to gradScales'
-  // dtype (the weight group's).
+  // dtype (the weight group's): relative above its normal range, below it up to half its subnormal spacing
+  // each (FLOAT16's 2^-24 is far above the relative bound there).
   float DotTolerance(int64_t i) const {
     const int64_t K = c_.shape.topk, H = c_.shape.hidden;
     const int64_t v = row_idx_.GetI(i);
@@ -118,8 +119,9 @@ class FinalizeRoutingV2GradProblem final : public OpProblem<FinalizeRoutingV2Gra
     }
     const double u32 = std::ldexp(1.0, -24);
     const double ref = std::fabs(outputs_[1].expected.GetF(i));
+    const double spacing = c_.weights() == DType::kFloat16 ? std::ldexp(1.0, -24) : 1e-30;
     return static_cast<float>(u32 * (3.0 * partial_sums + 2.0 * terms) + 2.0 * UnitRoundoff(c_.weights()) * ref +
-                              1e-30);
+                              spacing);
   }
 
   int64_t rows_ = 0;
