@@ -48,7 +48,8 @@ using testing::TestTensor;
 constexpr int kThreads = 4;
 constexpr int kRounds = 3;
 enum Op { kFinalizeRoutingV2Grad, kFinalizeRoutingV2, kTokenPermuteWithRoutingMap, kTokenPermuteWithRoutingMapGrad,
-          kInitRoutingV2, kInitRoutingV2Grad, kTokenUnpermuteWithRoutingMap, kNumOps };
+          kInitRoutingV2, kInitRoutingV2Grad, kTokenUnpermuteWithRoutingMap, kTokenUnpermuteWithRoutingMapGrad,
+          kNumOps };
 
 std::vector<int32_t> Permutation(int64_t n, std::mt19937_64& rng) {
   std::vector<int32_t> p(static_cast<size_t>(n));
@@ -77,6 +78,9 @@ struct Workload {
   TestTensor ig_grad, ig_idx, ig_out;
   // MoeTokenUnpermuteWithRoutingMap: dropless with probs (even seeds), or pad without probs (odd seeds).
   TestTensor uf_x, uf_idx, uf_map, uf_probs, uf_out, uf_out_index, uf_token_id, uf_out_probs;
+  // MoeTokenUnpermuteWithRoutingMapGrad, dropless with probs (the permute's map), MindSpeed's sortedIndices as
+  // both index inputs.
+  TestTensor ug_grad, ug_idx, ug_perm, ug_probs, ug_perm_grad, ug_probs_grad;
   // The calls over those tensors (which they point to: a Workload stays where it was made).
   TestCall<FinalizeRoutingV2GradArgs> finalize_routing_v2_grad;
   TestCall<FinalizeRoutingV2Args> finalize_routing_v2;
@@ -85,6 +89,7 @@ struct Workload {
   TestCall<InitRoutingV2Args> init_routing_v2;
   TestCall<InitRoutingV2GradArgs> init_routing_v2_grad;
   TestCall<TokenUnpermuteWithRoutingMapArgs> token_unpermute_with_routing_map;
+  TestCall<TokenUnpermuteWithRoutingMapGradArgs> token_unpermute_with_routing_map_grad;
 
   explicit Workload(int seed)
       : R(80 + 24 * seed), K(1 + seed % 4), H(384 + 40 * seed + seed % 3), E(8 + 4 * seed),
@@ -185,6 +190,16 @@ struct Workload {
                                                 &uf_out, &uf_out_index, &uf_token_id, drop_pad ? nullptr : &uf_out_probs};
     token_unpermute_with_routing_map.attrs = {drop_pad};  // paddedMode
     if (drop_pad) token_unpermute_with_routing_map.arrays[0] = std::vector<int64_t>{R, H};  // restoreShape
+
+    ug_grad = f({R, H});
+    ug_idx = i32({R * K}, Permutation(R * K, rng));
+    ug_perm = f({R * K, H});
+    ug_probs = f({R, E});
+    ug_perm_grad = out(dt, {R * K, H});
+    ug_probs_grad = out(dt, {R, E});
+    token_unpermute_with_routing_map_grad.tensors = {&ug_grad,  &ug_idx,   &ug_idx,       &pg_map,
+                                                     &ug_perm,  &ug_probs, &ug_perm_grad, &ug_probs_grad};
+    token_unpermute_with_routing_map_grad.attrs = {false};  // dropAndPad
   }
   Workload(const Workload&) = delete;
   Workload& operator=(const Workload&) = delete;
@@ -199,6 +214,7 @@ struct Workload {
       case kTokenPermuteWithRoutingMapGrad: return fn(token_permute_with_routing_map_grad);
       case kInitRoutingV2Grad: return fn(init_routing_v2_grad);
       case kTokenUnpermuteWithRoutingMap: return fn(token_unpermute_with_routing_map);
+      case kTokenUnpermuteWithRoutingMapGrad: return fn(token_unpermute_with_routing_map_grad);
       default: return fn(init_routing_v2);
     }
   }

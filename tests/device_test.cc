@@ -106,6 +106,7 @@ TEST(Device, UnsupportedDeviceFailsCleanlyInEveryOperator) {
   CheckOperator(InitRoutingV2Call());
   CheckOperator(InitRoutingV2GradCall());
   CheckOperator(TokenUnpermuteWithRoutingMapCall());
+  CheckOperator(TokenUnpermuteWithRoutingMapGradCall());
 }
 
 TEST(Device, StatusIsNotInvalidArgument) {

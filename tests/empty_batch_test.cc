@@ -252,5 +252,33 @@ TEST(EmptyBatch, TokenUnpermuteWithRoutingMapEveryOptionalCombination) {
   EXPECT_EQ(ok, 6 + 8);  // dropless: 4 without probs, 2 with them; pad: 4 and 4
 }
 
+// No tokens and no pairs (T = 0, N = 0), every combination of the optional tensors in both modes: probs needs
+// routingMap, permutedTokens and probsGradOut; without probs anything goes (probsGradOut is then not written).
+TEST(EmptyBatch, TokenUnpermuteWithRoutingMapGradWithoutTokens) {
+  using A = TokenUnpermuteWithRoutingMapGradArgs;
+  constexpr int64_t H = 6, E = 3;
+  const char* optional[] = {"routingMapOptional", "permutedTokensOptional", "probsOptional", "probsGradOutOptional"};
+  for (const int64_t dp : {0, 1}) {
+    for (int mask = 0; mask < 16; ++mask) {
+      ValidCall<A> v;
+      v.Tensor("unpermutedTokensGrad", kF32, {0, H}).Tensor("outIndex", kI32, {0}).Tensor("permuteTokenId", kI32, {0});
+      v.Tensor("routingMapOptional", DType::kBool, {0, E}).Tensor("permutedTokensOptional", kF32, {0, H});
+      v.Tensor("probsOptional", kF32, {0, E}).Tensor("probsGradOutOptional", kF32, {0, E});
+      v.Tensor("permutedTokensGradOut", kF32, {0, H}).Attr("dropAndPad", dp);
+      std::string what = "dropAndPad " + std::to_string(dp);
+      for (int b = 0; b < 4; ++b) {
+        if (mask & (1 << b)) {
+          what += std::string(" ") + optional[b];
+        } else {
+          Remove(v, optional[b]);
+        }
+      }
+      const bool probs = mask & 4;
+      const bool allowed = !probs || (mask & 1 && mask & 2 && mask & 8);
+      Expect(v, allowed, StatusCode::kNullptr, "(required with probsOptional) is required but is null", what);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moegrad::testing

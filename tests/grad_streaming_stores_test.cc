@@ -158,5 +158,72 @@ TEST(GradStreamingStores, InitRoutingV2GradDropPad) {
   CheckInitRoutingV2Grad(DType::kFloat16, 1, 24);
 }
 
+// Unpermute grad: permutedTokensGrad of N = 2048 rows (8.4 MB in 16-bit types), with and without probs. Dropless:
+// each row one pair (a permutation). Drop-and-pad: rows drawn with repeats, so some rows sum several pairs and
+// others none (+0 rows, streamed too).
+void CheckTokenUnpermuteWithRoutingMapGrad(DType dtype, DType weights, bool drop_and_pad, bool probs,
+                                           uint64_t seed) {
+  SCOPED_TRACE(std::string(DTypeName(dtype)) + "/" + DTypeName(weights) +
+               (drop_and_pad ? " drop-and-pad" : " dropless") + (probs ? " probs" : ""));
+  const int64_t T = 1024, E = 16, K = 2, N = 2048;
+  std::mt19937_64 rng(seed);
+  TestTensor grad(dtype, {T, kHidden}, testing::Layout::kContiguous, seed);
+  grad.FillUniform(rng);
+  TestTensor perm(dtype, {N, kHidden}, testing::Layout::kContiguous, seed + 1);
+  perm.FillUniform(rng);
+  TestTensor prob(weights, {T, E}, testing::Layout::kContiguous, seed + 2);
+  prob.FillUniform(rng);
+  TestTensor map(DType::kBool, {T, E}, testing::Layout::kContiguous, seed + 3);
+  std::vector<uint8_t> routed(static_cast<size_t>(T * E), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    routed[static_cast<size_t>(t * E + t % E)] = 1;
+    routed[static_cast<size_t>(t * E + (t + 1) % E)] = 1;
+  }
+  testing::SetRoutingMap(map, routed);
+  TestTensor out_index(DType::kInt32, {N}, testing::Layout::kContiguous, seed + 4);
+  TestTensor token_id(DType::kInt32, {N}, testing::Layout::kContiguous, seed + 5);
+  std::vector<int64_t> rows(N);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  for (int64_t i = 0; i < N; ++i) {
+    out_index.SetI(i, drop_and_pad ? static_cast<int64_t>(rng() % N) : rows[static_cast<size_t>(i)]);
+    token_id.SetI(i, drop_and_pad ? static_cast<int64_t>(rng() % T) : i / K);
+  }
+  TestTensor want(dtype, {N, kHidden}, testing::Layout::kContiguous, seed + 6);
+  TestTensor want_probs(weights, {T, E}, testing::Layout::kContiguous, seed + 7);
+  const TestTensor before = want, before_probs = want_probs;
+  auto call = [&](TestTensor& out, TestTensor& out_probs) {
+    return testing::TestCall<TokenUnpermuteWithRoutingMapGradArgs>{
+        {&grad, &out_index, &token_id, &map, &perm, probs ? &prob : nullptr, &out, probs ? &out_probs : nullptr},
+        {drop_and_pad}};
+  };
+  ref::TokenUnpermuteWithRoutingMapGrad(call(want, want_probs).CppArgs());
+
+  testing::ForEachThreadCountAndSimdTarget([&](int threads) {
+    const std::string run = std::string(SimdTarget()) + " x " + std::to_string(threads) + " threads";
+    TestTensor out = before, out_probs = before_probs;
+    const Status s = call(out, out_probs).Run(testing::Api::kCpp);
+    ASSERT_TRUE(s.ok()) << s.message() << " " << run;
+    for (const auto& [got, ref] : {std::pair{&out, &want}, std::pair{&out_probs, &want_probs}}) {
+      int64_t bad = -1;
+      for (int64_t i = 0; i < got->numel() && bad < 0; ++i) {
+        if (ElementBits(*got, i) != ElementBits(*ref, i)) bad = i;
+      }
+      EXPECT_EQ(bad, -1) << "element " << bad << " differs from the reference on " << run;
+    }
+    EXPECT_TRUE(out.OutsideViewUnchanged(before.Snapshot())) << run;
+  });
+}
+
+TEST(GradStreamingStores, TokenUnpermuteWithRoutingMapGradDropless) {
+  CheckTokenUnpermuteWithRoutingMapGrad(DType::kBFloat16, DType::kFloat32, false, true, 31);
+  CheckTokenUnpermuteWithRoutingMapGrad(DType::kFloat32, DType::kFloat32, false, false, 32);
+}
+
+TEST(GradStreamingStores, TokenUnpermuteWithRoutingMapGradDropPadWithUnwrittenRows) {
+  CheckTokenUnpermuteWithRoutingMapGrad(DType::kFloat16, DType::kBFloat16, true, true, 33);
+  CheckTokenUnpermuteWithRoutingMapGrad(DType::kBFloat16, DType::kBFloat16, true, false, 34);
+}
+
 }  // namespace
 }  // namespace moegrad

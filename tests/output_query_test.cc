@@ -316,6 +316,45 @@ std::vector<Call<InitRoutingV2GradArgs>> InitRoutingV2GradCalls() {
   return calls;
 }
 
+std::vector<Call<TokenUnpermuteWithRoutingMapGradArgs>> TokenUnpermuteWithRoutingMapGradCalls() {
+  std::vector<Call<TokenUnpermuteWithRoutingMapGradArgs>> calls;
+  const int64_t H = 5, E = 3, K = 2, C = 2;
+  for (int64_t dp : {0, 1}) {
+    for (int64_t T : {0, 4}) {
+      for (int variant = 0; variant < 3; ++variant) {  // 0 bare, 1 map and permutedTokens without probs, 2 probs
+        for (const auto& [f, w] : {std::pair{kF32, kF32}, std::pair{kBF16, kF32}, std::pair{kF16, kBF16}}) {
+          Call<TokenUnpermuteWithRoutingMapGradArgs> c;
+          const int64_t N = dp == 1 ? (T > 0 ? E * C : 0) : T * K;
+          c.Set("unpermutedTokensGrad", TestTensor(f, {T, H}, Layout::kTransposed));
+          c.Set("outIndex", TestTensor(kI32, {N}, Layout::kPadded));
+          c.Set("permuteTokenId", TestTensor(kI32, {N}));
+          for (int64_t i = 0; i < N; ++i) {
+            c["outIndex"]->SetI(i, 0);
+            c["permuteTokenId"]->SetI(i, 0);
+          }
+          if (variant >= 1) {
+            TestTensor map(DType::kBool, {T, E});
+            std::vector<uint8_t> routed(static_cast<size_t>(T * E), 0);
+            for (int64_t t = 0; t < T; ++t) {
+              routed[static_cast<size_t>(t * E + t % E)] = 1;
+              routed[static_cast<size_t>(t * E + (t + 1) % E)] = 1;
+            }
+            SetRoutingMap(map, routed);
+            c.Set("routingMapOptional", map);
+            c.Set("permutedTokensOptional", TestTensor(f, {N, H}));
+          }
+          if (variant == 2) c.Set("probsOptional", TestTensor(w, {T, E}, Layout::kPadded));
+          c.attrs = {dp};
+          c.what = std::string(dp == 1 ? "pad" : "dropless") + " T " + std::to_string(T) + " variant " +
+                   std::to_string(variant) + " " + DTypeName(f) + "/" + DTypeName(w);
+          calls.push_back(c);
+        }
+      }
+    }
+  }
+  return calls;
+}
+
 TEST(OutputQuery, FinalizeRoutingV2GradReportsWhatPhaseOneAccepts) {
   for (auto& c : FinalizeRoutingV2GradCalls()) ExpectQueryMatchesPhaseOne(c, Always);
 }
@@ -402,6 +441,10 @@ TEST(OutputQuery, InitRoutingV2ReportsWhatPhaseOneAccepts) {
 
 TEST(OutputQuery, InitRoutingV2GradReportsWhatPhaseOneAccepts) {
   for (auto& c : InitRoutingV2GradCalls()) ExpectQueryMatchesPhaseOne(c, Always);
+}
+
+TEST(OutputQuery, TokenUnpermuteWithRoutingMapGradReportsWhatPhaseOneAccepts) {
+  for (auto& c : TokenUnpermuteWithRoutingMapGradCalls()) ExpectQueryMatchesPhaseOne(c, Always);
 }
 
 // --- errors ------------------------------------------------------------------------------------------------
@@ -618,6 +661,36 @@ TEST(OutputQuery, TokenUnpermuteWithRoutingMapErrorsAreThoseOfPhaseOne) {
   EXPECT_EQ(Query(c.CppArgs(true), &specs).message(),
             "MoeTokenUnpermuteWithRoutingMap: restoreShapeOptional is (4, 5) but unpermutedTokens is (4, 6)");
   EXPECT_EQ(Describe(PhaseOne(c.CppArgs())), Describe(Query(c.CppArgs(true), &specs)));
+}
+
+TEST(OutputQuery, TokenUnpermuteWithRoutingMapGradErrorsAreThoseOfPhaseOne) {
+  using C = Call<TokenUnpermuteWithRoutingMapGradArgs>;
+  for (const char* what : {"dropless T 4 variant 2 BFLOAT16/FLOAT32", "pad T 4 variant 2 FLOAT32/FLOAT32"}) {
+    const C base = Find(TokenUnpermuteWithRoutingMapGradCalls(), what);
+    const DType f = base.t[0]->dtype();  // the tokens'
+    ExpectSameErrors<TokenUnpermuteWithRoutingMapGradArgs>(base, {
+        {"probs without permutedTokens", [](C& c) { c["permutedTokensOptional"].reset(); }},
+        {"probs without routingMap", [](C& c) { c["routingMapOptional"].reset(); }},
+        {"unpermutedTokensGrad 1-D", [f](C& c) { c.Set("unpermutedTokensGrad", TestTensor(f, {4})); }},
+        {"outIndex 2-D", [](C& c) { c.Set("outIndex", TestTensor(kI32, {8, 1})); }},
+        {"probs 3-D", [](C& c) { c.Set("probsOptional", TestTensor(kF32, {4, 3, 1})); }},
+        {"unpermutedTokensGrad INT32", [](C& c) { c.Set("unpermutedTokensGrad", TestTensor(kI32, {4, 5})); }},
+        {"permuteTokenId INT8", [](C& c) { c.Set("permuteTokenId", TestTensor(DType::kInt8, {8})); }},
+        {"permutedTokens of another dtype", [](C& c) { c.Set("permutedTokensOptional", TestTensor(kF16, {8, 5})); }},
+        {"probs INT32", [](C& c) { c.Set("probsOptional", TestTensor(kI32, {4, 3})); }},
+        {"permuteTokenId rows", [](C& c) { c.Set("permuteTokenId", TestTensor(kI32, {7})); }},
+        {"permutedTokens H", [f](C& c) { c.Set("permutedTokensOptional", TestTensor(f, {8, 6})); }},
+        {"routingMap rows", [](C& c) { c.Set("routingMapOptional", TestTensor(DType::kBool, {5, 3})); }},
+        {"probs columns", [](C& c) { c.Set("probsOptional", TestTensor(kF32, {4, 4})); }},
+        {"N not T*K or E*C", [f](C& c) {
+           c.Set("outIndex", TestTensor(kI32, {7}));
+           c.Set("permuteTokenId", TestTensor(kI32, {7}));
+           c.Set("permutedTokensGradOut", TestTensor(f, {7, 5}));
+           c["permutedTokensOptional"].reset();
+           c["probsOptional"].reset();
+         }},
+    });
+  }
 }
 
 // Malformed inputs and devices: the generic checks of every tensor (Tensors) come first in both.

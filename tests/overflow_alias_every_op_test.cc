@@ -132,6 +132,17 @@ void SetSmallCall(Arena& arena, TokenUnpermuteWithRoutingMapArgs& a) {
   a.permute_probs = TensorView(arena.Slot(7), DType::kFloat32, {8});
 }
 
+void SetSmallCall(Arena& arena, TokenUnpermuteWithRoutingMapGradArgs& a) {
+  a.unpermuted_tokens_grad = TensorView(arena.Slot(0), DType::kBFloat16, {4, 8});
+  a.out_index = TensorView(arena.Slot(1), DType::kInt32, {8});
+  a.permute_token_id = TensorView(arena.Slot(2), DType::kInt32, {8});
+  a.routing_map = TensorView(arena.Slot(3), DType::kInt8, {4, 3});
+  a.permuted_tokens = TensorView(arena.Slot(4), DType::kBFloat16, {8, 8});
+  a.probs = TensorView(arena.Slot(5), DType::kFloat32, {4, 3});
+  a.permuted_tokens_grad = TensorView(arena.Slot(6), DType::kBFloat16, {8, 8});
+  a.probs_grad = TensorView(arena.Slot(7), DType::kFloat32, {4, 3});
+}
+
 // Runs `check` on each operator's fresh small call.
 void ForEachSmallCall(const std::function<void(OpUnderTest&)>& check) {
   Arena arena;
@@ -317,6 +328,22 @@ TEST(EveryOperatorOverflow, ExtremeAttributesWithEmptyTensors) {
       expect_status(AclPlan(r), "init-routing grad activeNum (aclnn)");
       r.drop_pad_mode = v;
       expect_status(CppPlan(r), "init-routing grad dropPadMode");
+    }
+
+    // MoeTokenUnpermuteWithRoutingMapGrad: T = v tokens of H = 0, no pairs, a map of no experts, restoreShape
+    // (v, v).
+    for (const bool dp : {false, true}) {
+      TokenUnpermuteWithRoutingMapGradArgs u;
+      const int64_t tokens = v > 0 ? v : 1;
+      u.unpermuted_tokens_grad = TensorView(Fake(0), DType::kFloat32, {tokens, 0});
+      u.out_index = TensorView(Fake(1), DType::kInt32, {0});
+      u.permute_token_id = TensorView(Fake(2), DType::kInt32, {0});
+      u.routing_map = TensorView(Fake(3), DType::kBool, {tokens, 0});
+      u.drop_and_pad = dp;
+      u.restore_shape = std::vector<int64_t>{v, v};
+      u.permuted_tokens_grad = TensorView(Fake(4), DType::kFloat32, {0, 0});
+      expect_status(CppPlan(u), "unpermute grad restoreShape");
+      expect_status(AclPlan(u), "unpermute grad tokens (aclnn)");
     }
   }
 }

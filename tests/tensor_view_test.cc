@@ -93,6 +93,7 @@ void CheckEveryOperator(const MakeBad& make_bad, const std::string& want) {
   CheckEveryTensor(InitRoutingV2Call(), make_bad, want);
   CheckEveryTensor(InitRoutingV2GradCall(), make_bad, want);
   CheckEveryTensor(TokenUnpermuteWithRoutingMapCall(), make_bad, want);
+  CheckEveryTensor(TokenUnpermuteWithRoutingMapGradCall(), make_bad, want);
 }
 
 TEST(TensorView, EveryOperatorRejectsATooHighRankFirst) {

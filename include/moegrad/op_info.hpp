@@ -292,6 +292,28 @@ struct OpInfo<TokenUnpermuteWithRoutingMapArgs> {
   static constexpr IntArrayArg<A> kIntArrays[] = {op_info::IntArray("restoreShapeOptional", &A::restore_shape)};
 };
 
+template <>
+struct OpInfo<TokenUnpermuteWithRoutingMapGradArgs> {
+  using A = TokenUnpermuteWithRoutingMapGradArgs;
+  static constexpr Status (*kPlan)(const A&, Plan*) = &PlanTokenUnpermuteWithRoutingMapGrad;  // phase one
+  static constexpr Status (*kRun)(const A&) = &TokenUnpermuteWithRoutingMapGrad;               // plan, allocate, run
+  static constexpr Status (*kInfer)(const A&, std::vector<OutputSpec>*) =  // output query
+      &InferTokenUnpermuteWithRoutingMapGradOutputs;
+  static constexpr const char* kName = "MoeTokenUnpermuteWithRoutingMapGrad";
+  static constexpr const char* kKey = "token-unpermute-with-routing-map-grad";
+  static constexpr TensorArg<A> kTensors[] = {
+      op_info::In("unpermutedTokensGrad", &A::unpermuted_tokens_grad, op_info::kTokens),
+      op_info::In("outIndex", &A::out_index),
+      op_info::In("permuteTokenId", &A::permute_token_id),
+      op_info::In("routingMapOptional", &A::routing_map),
+      op_info::In("permutedTokensOptional", &A::permuted_tokens, op_info::kTokens),
+      op_info::In("probsOptional", &A::probs, op_info::kWeights),
+      op_info::Out("permutedTokensGradOut", &A::permuted_tokens_grad, op_info::kTokens),
+      op_info::Out("probsGradOutOptional", &A::probs_grad, op_info::kWeights, &A::probs)};
+  static constexpr AttrArg<A> kAttrs[] = {op_info::Attr("dropAndPad", &A::drop_and_pad)};
+  static constexpr IntArrayArg<A> kIntArrays[] = {op_info::IntArray("restoreShapeOptional", &A::restore_shape)};
+};
+
 // The integer-array attributes of an operator (OpInfo<Args>::kIntArrays), none for most: `size` of them at
 // `Get()`.
 template <typename Args, typename = void>
@@ -315,6 +337,7 @@ void ForEachOp(const Fn& fn) {
   fn(OpInfo<InitRoutingV2Args>());
   fn(OpInfo<InitRoutingV2GradArgs>());
   fn(OpInfo<TokenUnpermuteWithRoutingMapArgs>());
+  fn(OpInfo<TokenUnpermuteWithRoutingMapGradArgs>());
 }
 
 }  // namespace moegrad

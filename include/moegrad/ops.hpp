@@ -161,4 +161,24 @@ MOEGRAD_API Status TokenUnpermuteWithRoutingMap(const TokenUnpermuteWithRoutingM
 MOEGRAD_API Status InferTokenUnpermuteWithRoutingMapOutputs(const TokenUnpermuteWithRoutingMapArgs& args,
                                                             std::vector<OutputSpec>* outputs);
 
+// Backward of MoeTokenUnpermuteWithRoutingMap (pairs i = 0..N-1 of outIndex). See
+// docs/ops/token_unpermute_with_routing_map_grad.md.
+struct TokenUnpermuteWithRoutingMapGradArgs {
+  TensorView unpermuted_tokens_grad;                  // (T, H) float
+  TensorView out_index;                               // (N) INT32
+  TensorView permute_token_id;                        // (N) INT32; read in drop-and-pad mode only
+  std::optional<TensorView> routing_map;              // (T, E) INT8 or BOOL; required with probs
+  std::optional<TensorView> permuted_tokens;          // (N, H) float; required with probs
+  std::optional<TensorView> probs;                    // (T, E) float
+  bool drop_and_pad = false;
+  std::optional<std::vector<int64_t>> restore_shape;  // (T, H) when given
+  TensorView permuted_tokens_grad;                    // output (N, H)
+  std::optional<TensorView> probs_grad;               // output (T, E); required with probs
+};
+MOEGRAD_API Status PlanTokenUnpermuteWithRoutingMapGrad(const TokenUnpermuteWithRoutingMapGradArgs& args,
+                                                        Plan* plan);
+MOEGRAD_API Status TokenUnpermuteWithRoutingMapGrad(const TokenUnpermuteWithRoutingMapGradArgs& args);
+MOEGRAD_API Status InferTokenUnpermuteWithRoutingMapGradOutputs(const TokenUnpermuteWithRoutingMapGradArgs& args,
+                                                                std::vector<OutputSpec>* outputs);
+
 }  // namespace moegrad

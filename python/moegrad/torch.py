@@ -23,6 +23,7 @@ __all__ = [
     "moe_init_routing_v2_grad",
     "moe_init_routing_v2",
     "moe_token_unpermute_with_routing_map",
+    "moe_token_unpermute_with_routing_map_grad",
 ]
 
 _DTYPE_NAMES = {
@@ -228,6 +229,15 @@ def _unpermute(permuted_tokens, sorted_indices, routing_map=None, probs=None, pa
                     probsOptional=probs),
                dict(paddedMode=padded_mode), dict(restoreShapeOptional=restore_shape))
     return out["unpermutedTokens"], out["outIndex"], out["permuteTokenId"], out["permuteProbs"]
+
+
+def _unpermute_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None, permuted_tokens=None,
+                    probs=None, drop_and_pad=False, restore_shape=None):
+    out = _run("token_unpermute_with_routing_map_grad",
+               dict(unpermutedTokensGrad=unpermuted_tokens_grad, outIndex=out_index, permuteTokenId=permute_token_id,
+                    routingMapOptional=routing_map, permutedTokensOptional=permuted_tokens, probsOptional=probs),
+               dict(dropAndPad=drop_and_pad), dict(restoreShapeOptional=restore_shape))
+    return out["permutedTokensGradOut"], out["probsGradOutOptional"]
 
 
 # --- not differentiable -----------------------------------------------------------------------------------
@@ -437,6 +447,15 @@ def _unpermute_autograd(permuted_tokens, sorted_indices, routing_map=None, probs
         results, (permuted_tokens, probs))
 
 
+def _unpermute_grad_autograd(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
+                             permuted_tokens=None, probs=None, drop_and_pad=False, restore_shape=None):
+    results = _unpermute_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map, permuted_tokens,
+                              probs, drop_and_pad, restore_shape)
+    return _not_differentiable(
+        _grad_op_outputs_message("token_unpermute_with_routing_map_grad", "moe_token_unpermute_with_routing_map_grad"),
+        results, (unpermuted_tokens_grad, permuted_tokens, probs))
+
+
 # --- torch.ops.moegrad.* ----------------------------------------------------------------------------------
 
 _SCHEMAS = {
@@ -464,6 +483,10 @@ _SCHEMAS = {
     "moe_token_unpermute_with_routing_map":
         "(Tensor permuted_tokens, Tensor sorted_indices, Tensor? routing_map=None, Tensor? probs=None, "
         "bool padded_mode=False, int[]? restore_shape=None) -> (Tensor, Tensor, Tensor, Tensor?)",
+    "moe_token_unpermute_with_routing_map_grad":
+        "(Tensor unpermuted_tokens_grad, Tensor out_index, Tensor permute_token_id, Tensor? routing_map=None, "
+        "Tensor? permuted_tokens=None, Tensor? probs=None, bool drop_and_pad=False, int[]? restore_shape=None) "
+        "-> (Tensor, Tensor?)",
 }
 # name -> (CPU kernel, Autograd kernel)
 _KERNELS = {
@@ -474,6 +497,7 @@ _KERNELS = {
     "moe_init_routing_v2_grad": (_init_routing_grad, _init_routing_grad_autograd),
     "moe_init_routing_v2": (_init_routing, _init_routing_autograd),
     "moe_token_unpermute_with_routing_map": (_unpermute, _unpermute_autograd),
+    "moe_token_unpermute_with_routing_map_grad": (_unpermute_grad, _unpermute_grad_autograd),
 }
 
 
@@ -619,3 +643,27 @@ def moe_token_unpermute_with_routing_map(permuted_tokens, sorted_indices, routin
     shape = _int_array("token_unpermute_with_routing_map", "restoreShapeOptional", restore_shape)
     return _ENTRY["moe_token_unpermute_with_routing_map"](permuted_tokens, sorted_indices, routing_map, probs,
                                                             a["paddedMode"], shape)
+
+
+def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
+                                              permuted_tokens=None, probs=None, drop_and_pad=False,
+                                              restore_shape=None):
+    """The operator MoeTokenUnpermuteWithRoutingMapGrad: the backward of the routing-map combine.
+
+    Pairs i of out_index (N) INT32 / permute_token_id (N) INT32 as MoeTokenUnpermuteWithRoutingMap writes them:
+    row out_index[i], token i / K (dropless, K = N / T; permute_token_id is not read) or permute_token_id[i]
+    (drop_and_pad), weight probs[token][expert] (1 without probs). Returns (permuted_tokens_grad (N, H): each row
+    the weighted sum of its pairs' rows of unpermuted_tokens_grad (T, H); probs_grad (T, E), the dot products
+    permuted_tokens[row] . unpermuted_tokens_grad[token] summed per (token, expert), or None without probs).
+    probs needs routing_map and permuted_tokens; restore_shape, when given, must be (T, H). The outputs are not
+    differentiable.
+    """
+    key = "token_unpermute_with_routing_map_grad"
+    a = _check(key, dict(unpermutedTokensGrad=unpermuted_tokens_grad, outIndex=out_index,
+                         permuteTokenId=permute_token_id, routingMapOptional=routing_map,
+                         permutedTokensOptional=permuted_tokens, probsOptional=probs),
+               dict(dropAndPad=drop_and_pad))
+    shape = _int_array(key, "restoreShapeOptional", restore_shape)
+    return _ENTRY["moe_token_unpermute_with_routing_map_grad"](unpermuted_tokens_grad, out_index, permute_token_id,
+                                                                 routing_map, permuted_tokens, probs, a["dropAndPad"],
+                                                                 shape)

@@ -68,9 +68,10 @@ void RunReleased(Fn&& call) {
   if (!status.ok()) throw py::value_error(status.message());
 }
 
-// The C++ arguments of a call of the operator of `Args`: `tensors` (None where absent) and `attrs` in the order
-// of its OpInfo. A required tensor that is None fails with the library's NULLPTR message (the one aclnn gives
-// for a null tensor) as ValueError; `query` (the output query) leaves the outputs out, given or not.
+// The C++ arguments of a call of the operator of `Args`: `tensors` (None where absent), `attrs` and `arrays`
+// (its integer-list attributes, None where absent; an empty list of them: all absent) in the order of its
+// OpInfo. A required tensor that is None fails with the library's NULLPTR message (the one aclnn gives for a
+// null tensor) as ValueError; `query` (the output query) leaves the outputs out, given or not.
 template <typename Args>
 Args ToArgs(const std::vector<OptDesc>& tensors, const std::vector<int64_t>& attrs, const std::vector<OptInts>& arrays,
             bool query) {

@@ -21,6 +21,8 @@ core::Status Plan(const FinalizeRoutingV2Args& args, PlanPtr* plan,
 core::Status Plan(const TokenPermuteWithRoutingMapArgs& args, PlanPtr* plan,
                   std::vector<OutputSpec>* outputs = nullptr);
 core::Status Plan(const InitRoutingV2Args& args, PlanPtr* plan, std::vector<OutputSpec>* outputs = nullptr);
+core::Status Plan(const TokenUnpermuteWithRoutingMapGradArgs& args, PlanPtr* plan,
+                  std::vector<OutputSpec>* outputs = nullptr);
 core::Status Plan(const InitRoutingV2GradArgs& args, PlanPtr* plan,
                   std::vector<OutputSpec>* outputs = nullptr);
 core::Status Plan(const TokenUnpermuteWithRoutingMapArgs& args, PlanPtr* plan,

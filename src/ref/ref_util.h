@@ -49,6 +49,19 @@ inline int64_t GetI(const TensorView& t, std::initializer_list<int64_t> index) {
   }
 }
 
+// moegrad's canonical dot product sum_j x(j) * y(j) of n terms (the order docs/ops/ fix for the probability
+// gradients): term j is added to partial sum j % 16 in ascending j (every partial starts at +0), then the
+// partials combine l + (l + 8), then + 4, + 2, + 1. Each term is one fp32 product.
+template <typename X, typename Y>
+float CanonicalDot(int64_t n, const X& x, const Y& y) {
+  float part[16] = {};
+  for (int64_t j = 0; j < n; ++j) part[j % 16] += x(j) * y(j);
+  for (int w = 8; w >= 1; w /= 2) {
+    for (int l = 0; l < w; ++l) part[l] += part[l + w];
+  }
+  return part[0];
+}
+
 inline void SetI(const TensorView& t, std::initializer_list<int64_t> index, int64_t v) {
   *reinterpret_cast<int32_t*>(ElementPtr(t, index)) = static_cast<int32_t>(v);
 }

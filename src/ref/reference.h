@@ -14,5 +14,6 @@ void TokenPermuteWithRoutingMap(const TokenPermuteWithRoutingMapArgs& a);
 void InitRoutingV2(const InitRoutingV2Args& a);
 void InitRoutingV2Grad(const InitRoutingV2GradArgs& a);
 void TokenUnpermuteWithRoutingMap(const TokenUnpermuteWithRoutingMapArgs& a);
+void TokenUnpermuteWithRoutingMapGrad(const TokenUnpermuteWithRoutingMapGradArgs& a);
 
 }  // namespace moegrad::ref

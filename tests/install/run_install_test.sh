@@ -58,7 +58,7 @@ for header in acl/acl.h aclnn/acl_meta.h moegrad/tensor.hpp moegrad/status.hpp m
 done
 for op in moe_finalize_routing_v2 moe_finalize_routing_v2_grad moe_token_permute_with_routing_map \
           moe_token_permute_with_routing_map_grad moe_init_routing_v2 moe_init_routing_v2_grad \
-          moe_token_unpermute_with_routing_map; do
+          moe_token_unpermute_with_routing_map moe_token_unpermute_with_routing_map_grad; do
   [[ -f $prefix/include/aclnnop/aclnn_$op.h ]] || fail "include/aclnnop/aclnn_$op.h is not installed"
 done
 # Every public header of the source tree, unchanged.

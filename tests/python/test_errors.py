@@ -38,6 +38,10 @@ _FUNCTIONS = {
     "moe_token_unpermute_with_routing_map": ("token_unpermute_with_routing_map", dict(
         permuted_tokens="permutedTokens", sorted_indices="sortedIndices", routing_map="routingMapOptional",
         probs="probsOptional", padded_mode="paddedMode", restore_shape="restoreShapeOptional")),
+    "moe_token_unpermute_with_routing_map_grad": ("token_unpermute_with_routing_map_grad", dict(
+        unpermuted_tokens_grad="unpermutedTokensGrad", out_index="outIndex", permute_token_id="permuteTokenId",
+        routing_map="routingMapOptional", permuted_tokens="permutedTokensOptional", probs="probsOptional",
+        drop_and_pad="dropAndPad", restore_shape="restoreShapeOptional")),
 }
 
 
@@ -66,6 +70,11 @@ def _base(function):
     if function == "moe_init_routing_v2":
         return dict(x=torch.randn(4, 3), expert_idx=_i32(0, 2, 1, 2, 2, 0, 1, 1).view(4, 2), expert_num=3,
                     expert_tokens_count_or_cumsum_flag=1)
+    if function == "moe_token_unpermute_with_routing_map_grad":  # T 3, E 4, K 2, H 3
+        return dict(unpermuted_tokens_grad=torch.randn(3, 3), out_index=torch.randperm(6).int(),
+                    permute_token_id=_i32(0, 0, 1, 1, 2, 2),
+                    routing_map=torch.tensor([[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]).bool(),
+                    permuted_tokens=torch.randn(6, 3), probs=torch.rand(3, 4), restore_shape=(3, 3))
     return dict(permuted_token_output_grad=torch.randn(8, 3), sorted_indices=torch.randperm(8).int(), num_experts=2,
                 tokens_num=4, permuted_probs_output_grad=torch.randn(8), routing_map=torch.ones(4, 2).bool())
 
@@ -85,6 +94,8 @@ def _outputs(function):
                                                      outIndex=torch.empty(8, dtype=torch.int32),
                                                      permuteTokenId=torch.empty(8, dtype=torch.int32),
                                                      permuteProbs=torch.empty(8)),
+        "moe_token_unpermute_with_routing_map_grad": dict(permutedTokensGradOut=torch.empty(6, 3),
+                                                          probsGradOutOptional=torch.empty(3, 4)),
     }[function]
 
 
@@ -127,6 +138,7 @@ _FINALIZE_GRAD, _PERMUTE_GRAD = "moe_finalize_routing_v2_grad", "moe_token_permu
 _INIT_GRAD = "moe_init_routing_v2_grad"
 _INIT = "moe_init_routing_v2"
 _UNPERMUTE = "moe_token_unpermute_with_routing_map"
+_UNPERMUTE_GRAD = "moe_token_unpermute_with_routing_map_grad"
 
 CASES = [
     # Attributes the Python layer used to size outputs with: the library's rule comes first.
@@ -287,6 +299,43 @@ CASES = [
     Case("a routing_map row of one entry", _UNPERMUTE, dict(routing_map=torch.tensor([[1, 1], [1, 0], [1, 1],
                                                                                        [1, 1]]).bool()),
          ValueError, ["routingMapOptional row 1 has 1 routed entries but paddedMode false needs K = N / T = 2"]),
+    # MoeTokenUnpermuteWithRoutingMapGrad: restoreShape (an aclIntArray), what probs requires, dtypes, index data.
+    Case("restore_shape (3, 4)", _UNPERMUTE_GRAD, dict(restore_shape=(3, 4)), ValueError,
+         ["restoreShapeOptional is (3, 4) but unpermutedTokensGrad is (3, 3)"], _outputs(_UNPERMUTE_GRAD)),
+    Case("restore_shape [3, 3, 1]", _UNPERMUTE_GRAD, dict(restore_shape=[3, 3, 1]), ValueError,
+         ["restoreShapeOptional is (3, 3, 1) but unpermutedTokensGrad is (3, 3)"], _outputs(_UNPERMUTE_GRAD)),
+    Case("restore_shape '33'", _UNPERMUTE_GRAD, dict(restore_shape="33"), TypeError,
+         ["restoreShapeOptional must be a sequence of ints or None, not str"]),
+    Case("restore_shape 3", _UNPERMUTE_GRAD, dict(restore_shape=3), TypeError,
+         ["restoreShapeOptional must be a sequence of ints or None, not int"]),
+    Case("restore_shape (3.0, 3)", _UNPERMUTE_GRAD, dict(restore_shape=(3.0, 3)), TypeError,
+         ["restoreShapeOptional must be a sequence of ints, not one holding float"]),
+    Case("restore_shape (2**63, 3)", _UNPERMUTE_GRAD, dict(restore_shape=(2**63, 3)), ValueError,
+         ["restoreShapeOptional holds 9223372036854775808, outside the int64 range"]),
+    Case("probs without permuted_tokens", _UNPERMUTE_GRAD, dict(permuted_tokens=None), ValueError,
+         ["permutedTokensOptional (required with probsOptional) is required but is null"], _outputs(_UNPERMUTE_GRAD)),
+    Case("probs without routing_map", _UNPERMUTE_GRAD, dict(routing_map=None), ValueError,
+         ["routingMapOptional (required with probsOptional) is required but is null"], _outputs(_UNPERMUTE_GRAD)),
+    Case("float16 permuted_tokens", _UNPERMUTE_GRAD, dict(permuted_tokens=torch.randn(6, 3).half()), ValueError,
+         ["permutedTokensOptional is FLOAT16 but unpermutedTokensGrad is FLOAT32"], _outputs(_UNPERMUTE_GRAD)),
+    Case("int64 out_index", _UNPERMUTE_GRAD, dict(out_index=torch.arange(6)), ValueError,
+         ["outIndex has dtype INT64 but must be INT32"], _outputs(_UNPERMUTE_GRAD)),
+    Case("out_index of 5", _UNPERMUTE_GRAD, dict(out_index=torch.randperm(5).int()), ValueError,
+         ["permuteTokenId has 6 rows but outIndex has 5"], _outputs(_UNPERMUTE_GRAD)),
+    Case("1-D probs", _UNPERMUTE_GRAD, dict(probs=torch.rand(12)), ValueError,
+         ["probsOptional must be 2-D but has shape (12,)"], _outputs(_UNPERMUTE_GRAD)),
+    Case("drop_and_pad, N % E", _UNPERMUTE_GRAD, dict(drop_and_pad=True), ValueError,
+         ["outIndex has 6 rows, not a multiple of E = 4 (dropAndPad true: N = E*C)"], _outputs(_UNPERMUTE_GRAD)),
+    Case("out_index value 6", _UNPERMUTE_GRAD, dict(out_index=_i32(0, 6, 1, 2, 3, 4)), ValueError,
+         ["outIndex[1] = 6 is outside [0, 6) for dropAndPad false"], _outputs(_UNPERMUTE_GRAD)),
+    Case("routing_map row of 3", _UNPERMUTE_GRAD,
+         dict(routing_map=torch.tensor([[1, 1, 1, 0], [0, 1, 1, 0], [0, 0, 1, 1]]).bool()), ValueError,
+         ["routingMapOptional row 0 has 3 routed entries but dropAndPad false needs K = N / T = 2"],
+         _outputs(_UNPERMUTE_GRAD)),
+    Case("drop_and_pad, permute_token_id 3", _UNPERMUTE_GRAD,
+         dict(drop_and_pad=True, probs=None, routing_map=None, permute_token_id=_i32(0, 0, 1, 1, 2, 3)), ValueError,
+         ["permuteTokenId[5] = 3 is outside [0, 3) for dropAndPad true"],
+         dict(permutedTokensGradOut=torch.empty(6, 3))),
 ]
 
 # None for every required tensor, and a non-tensor (a numpy array, a list, an int) for every tensor, of every
@@ -419,6 +468,13 @@ def test_gradient_operator_outputs_are_not_differentiable(monkeypatch, through_o
     out = mt.moe_init_routing_v2_grad(grad, torch.randperm(8).int(), 2)
     _raises_one_line(lambda: out.sum().backward(),
                      "MoeInitRoutingV2Grad: " + _OUTPUTS.format("moe_init_routing_v2_grad"))
+    g = torch.randn(3, 3, requires_grad=True)
+    pg, prg = mt.moe_token_unpermute_with_routing_map_grad(
+        g, torch.randperm(6).int(), _i32(0, 0, 1, 1, 2, 2), torch.ones(3, 2).bool(), torch.randn(6, 3),
+        torch.rand(3, 2))
+    for out in (pg, prg):
+        _raises_one_line(lambda out=out: out.sum().backward(), "MoeTokenUnpermuteWithRoutingMapGrad: " +
+                         _OUTPUTS.format("moe_token_unpermute_with_routing_map_grad"))
     assert not mt.moe_init_routing_v2_grad(grad.detach(), torch.randperm(8).int(), 2).requires_grad
     # Without an input that requires grad (or without grad mode) the outputs are plain tensors.
     tg, pg = mt.moe_token_permute_with_routing_map_grad(grad.detach(), torch.randperm(8).int(), 2, 4)

@@ -207,3 +207,161 @@ def test_grad_operators_are_not_differentiable_but_accept_grad_inputs():
     grad_x, _ = mt.moe_finalize_routing_v2_grad(grad_y, idx)
     want, _ = finalize_routing_v2_grad_formula(grad_y.detach(), idx, None, None, None, None, 0, 0, (4, 6))
     assert_close(grad_x, want, torch.float32, "grad_expanded_x")
+
+
+# --- MoeTokenUnpermuteWithRoutingMapGrad ---------------------------------------------------------------------
+
+ALL_PRECISIONS = [(t, w) for t in (torch.float32, torch.float16, torch.bfloat16)
+                  for w in (torch.float32, torch.float16, torch.bfloat16)]
+
+
+def token_unpermute_indices(routing_map, drop_and_pad, capacity):
+    """(out_index, permute_token_id) as MoeTokenUnpermuteWithRoutingMap writes them from the permute's
+    sortedIndices: dropless out_index = sortedIndices (slot t*K + k: token t's k-th routed expert's row in
+    expert-major order), permute_token_id[i] = i // K; drop-and-pad the stable sort of sortedIndices (expert e's
+    C rows: its routed tokens ascending, then the others) and its positions."""
+    tokens, experts = routing_map.shape
+    if not drop_and_pad:
+        row = {}
+        for e in range(experts):
+            for t in range(tokens):
+                if routing_map[t, e]:
+                    row[(t, e)] = len(row)
+        sorted_indices = [row[(t, e)] for t in range(tokens) for e in range(experts) if routing_map[t, e]]
+        topk = len(sorted_indices) // tokens
+        return (torch.tensor(sorted_indices, dtype=torch.int32),
+                torch.tensor([i // topk for i in range(len(sorted_indices))], dtype=torch.int32))
+    sorted_indices = []
+    for e in range(experts):
+        order = [t for t in range(tokens) if routing_map[t, e]] + [t for t in range(tokens) if not routing_map[t, e]]
+        sorted_indices += order[:capacity]
+    token_id, out_index = torch.tensor(sorted_indices, dtype=torch.int64).sort(stable=True)
+    return out_index.to(torch.int32), token_id.to(torch.int32)
+
+
+def token_unpermute_with_routing_map_grad_formula(g, out_index, token_id, routing_map, permuted, probs,
+                                                  drop_and_pad):
+    """permutedTokensGrad[r_i] += v_i * g[t_i]; probsGrad[t_i][e_i] += permuted[r_i] . g[t_i] (float64)."""
+    tokens, hidden = g.shape
+    n = out_index.numel()
+    topk = n // tokens if tokens else 0
+    experts = probs.shape[1] if probs is not None else 0
+    capacity = n // experts if experts else 0
+    grad = torch.zeros(n, hidden, dtype=torch.float64)
+    probs_grad = torch.zeros(tokens, experts, dtype=torch.float64) if probs is not None else None
+    routed = [[e for e in range(experts) if routing_map[t, e]] for t in range(tokens)] if probs is not None else None
+    for i in range(n):
+        r = int(out_index[i])
+        t = int(token_id[i]) if drop_and_pad else i // topk
+        v = 1.0
+        if probs is not None:
+            e = r // capacity if drop_and_pad else routed[t][i % topk]
+            v = float(probs[t, e])
+            probs_grad[t, e] += float((permuted[r].double() * g[t].double()).sum())
+        grad[r] += v * g[t].double()
+    return grad, probs_grad
+
+
+@pytest.mark.parametrize("dtype,weight_dtype", ALL_PRECISIONS)
+@pytest.mark.parametrize("drop_and_pad", [False, True])
+@pytest.mark.parametrize("with_probs", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_token_unpermute_with_routing_map_grad_operator(dtype, weight_dtype, drop_and_pad, with_probs, layout):
+    tokens, experts, hidden, topk, capacity = 11, 5, 13, 2, 4
+    routing_map = torch.zeros(tokens, experts, dtype=torch.bool).scatter_(
+        1, torch.rand(tokens, experts).topk(topk, dim=1).indices, True)
+    out_index, token_id = token_unpermute_indices(routing_map, drop_and_pad, capacity)
+    rows = out_index.numel()
+    g = make_view(torch.randn(tokens, hidden).to(dtype), layout)
+    permuted = make_view(torch.randn(rows, hidden).to(dtype), layout) if with_probs else None
+    probs = make_view(torch.rand(tokens, experts).to(weight_dtype), layout) if with_probs else None
+    grad, probs_grad = mt.moe_token_unpermute_with_routing_map_grad(
+        g, make_view(out_index, layout), make_view(token_id, layout), routing_map=routing_map if with_probs else None,
+        permuted_tokens=permuted, probs=probs, drop_and_pad=drop_and_pad, restore_shape=(tokens, hidden))
+    want, want_p = token_unpermute_with_routing_map_grad_formula(g, out_index, token_id, routing_map, permuted, probs,
+                                                                 drop_and_pad)
+    check_output(grad, want, (rows, hidden), dtype, "permuted_tokens_grad")
+    check_output(probs_grad, want_p, (tokens, experts), weight_dtype, "probs_grad")
+
+
+@pytest.mark.parametrize("dtype,weight_dtype", PRECISIONS)
+def test_token_unpermute_with_routing_map_grad_arbitrary_indices(dtype, weight_dtype):
+    # Rows named twice (they sum) or never (+0), a token twice under one expert (its d_i sum).
+    tokens, experts, hidden, capacity = 6, 3, 17, 4
+    rows = experts * capacity
+    out_index = torch.randint(0, rows, (rows,), dtype=torch.int32)
+    token_id = torch.randint(0, tokens, (rows,), dtype=torch.int32)
+    routing_map = torch.ones(tokens, experts, dtype=torch.int8)
+    g = torch.randn(tokens, hidden).to(dtype)
+    permuted = torch.randn(rows, hidden).to(dtype)
+    probs = torch.rand(tokens, experts).to(weight_dtype)
+    grad, probs_grad = mt.moe_token_unpermute_with_routing_map_grad(g, out_index, token_id, routing_map, permuted,
+                                                                    probs, drop_and_pad=True)
+    want, want_p = token_unpermute_with_routing_map_grad_formula(g, out_index, token_id, routing_map, permuted, probs,
+                                                                 True)
+    check_output(grad, want, (rows, hidden), dtype, "permuted_tokens_grad")
+    check_output(probs_grad, want_p, (tokens, experts), weight_dtype, "probs_grad")
+    unreferenced = sorted(set(range(rows)) - set(out_index.tolist()))
+    assert all(grad[r].eq(0).all() and not grad[r].signbit().any() for r in unreferenced)
+
+
+def test_token_unpermute_with_routing_map_grad_worked_examples():
+    permuted = torch.arange(1.0, 13.0).reshape(6, 2)
+    # Dropless, K = 2, through torch.ops with restore_shape as a torch.Size.
+    routing_map = torch.tensor([[1, 0, 1], [1, 1, 0], [0, 1, 1]], dtype=torch.int8)
+    probs = torch.tensor([[0.5, 0, 0.25], [1, 2, 0], [0, 4, 0.5]])
+    g = torch.tensor([[1.0, 0], [0, 1], [1, 1]])
+    out_index = torch.tensor([0, 4, 1, 2, 3, 5], dtype=torch.int32)
+    token_id = torch.tensor([0, 0, 1, 1, 2, 2], dtype=torch.int32)
+    grad, probs_grad = mt.moe_token_unpermute_with_routing_map_grad(g, out_index, token_id, routing_map, permuted,
+                                                                    probs, False, torch.Size([3, 2]))
+    assert grad.flatten().tolist() == [0.5, 0, 0, 1, 0, 2, 4, 4, 0.25, 0, 0.5, 0.5]
+    assert probs_grad.flatten().tolist() == [1, 0, 9, 4, 6, 0, 0, 15, 23]
+    got = token_unpermute_indices(routing_map.bool(), False, 0)
+    assert got[0].tolist() == out_index.tolist() and got[1].tolist() == token_id.tolist()
+    # Drop-and-pad, C = 2: expert 0 drops token 2; token 1 pads experts 1 and 2 (weight 0, a probs gradient).
+    routing_map = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 0, 0]], dtype=torch.bool)
+    probs = torch.tensor([[0.5, 0.25, 0.25], [1, 0, 0], [1, 0, 0]])
+    g = torch.tensor([[1.0, 0], [0, 1], [5, 5]])
+    out_index, token_id = token_unpermute_indices(routing_map, True, 2)
+    assert out_index.tolist() == [0, 2, 4, 1, 3, 5] and token_id.tolist() == [0, 0, 0, 1, 1, 1]
+    grad, probs_grad = mt.moe_token_unpermute_with_routing_map_grad(g, out_index, token_id, routing_map, permuted,
+                                                                    probs, True)
+    assert grad.flatten().tolist() == [0.5, 0, 0, 1, 0.25, 0, 0, 0, 0.25, 0, 0, 0]
+    assert probs_grad.flatten().tolist() == [1, 5, 9, 4, 8, 12, 0, 0, 0]
+    grad, probs_grad = mt.moe_token_unpermute_with_routing_map_grad(g, out_index, token_id, drop_and_pad=True)
+    assert probs_grad is None
+    assert grad.flatten().tolist() == [1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1]  # token 0's rows 0, 2, 4; token 1's
+
+
+@pytest.mark.parametrize("with_probs", [False, True])
+def test_token_unpermute_with_routing_map_grad_mindspeed_call(with_probs):
+    # MindSpeed passes the permute's sortedIndices as both index inputs; dropless never reads permuteTokenId.
+    tokens, experts, hidden, topk = 7, 4, 10, 2
+    routing_map = torch.zeros(tokens, experts, dtype=torch.bool).scatter_(
+        1, torch.rand(tokens, experts).topk(topk, dim=1).indices, True)
+    _, sorted_indices = mt.moe_token_permute_with_routing_map(torch.randn(tokens, hidden), routing_map)[:3:2]
+    g = torch.randn(tokens, hidden)
+    permuted = torch.randn(tokens * topk, hidden)
+    probs = torch.rand(tokens, experts)
+    args = (routing_map, permuted, probs) if with_probs else (None, None, None)
+    got = mt.moe_token_unpermute_with_routing_map_grad(g, sorted_indices, sorted_indices, *args)
+    token_id = torch.arange(tokens * topk, dtype=torch.int32) // topk
+    want = mt.moe_token_unpermute_with_routing_map_grad(g, sorted_indices, token_id, *args)
+    assert torch.equal(got[0], want[0])
+    assert (got[1] is None) == (not with_probs) and (got[1] is None or torch.equal(got[1], want[1]))
+    want_t, want_p = token_unpermute_with_routing_map_grad_formula(g, sorted_indices, token_id, routing_map,
+                                                                   permuted if with_probs else None,
+                                                                   probs if with_probs else None, False)
+    check_output(got[0], want_t, (tokens * topk, hidden), torch.float32, "permuted_tokens_grad")
+
+
+def test_token_unpermute_with_routing_map_grad_is_not_differentiable():
+    g = torch.randn(2, 3, requires_grad=True)
+    idx = torch.tensor([1, 0], dtype=torch.int32)
+    grad, probs_grad = mt.moe_token_unpermute_with_routing_map_grad(g, idx, idx)
+    assert probs_grad is None
+    assert torch.equal(grad, g.detach()[[1, 0]])
+    with pytest.raises(RuntimeError, match="MoeTokenUnpermuteWithRoutingMapGrad: the outputs of "
+                                           "moe_token_unpermute_with_routing_map_grad are not differentiable"):
+        grad.sum().backward()

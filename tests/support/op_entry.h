@@ -22,6 +22,7 @@
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map.h"
 #include "aclnnop/aclnn_moe_token_permute_with_routing_map_grad.h"
 #include "aclnnop/aclnn_moe_token_unpermute_with_routing_map.h"
+#include "aclnnop/aclnn_moe_token_unpermute_with_routing_map_grad.h"
 #include "moegrad/op_info.hpp"
 #include "moegrad/ops.hpp"
 #include "src/ref/reference.h"
@@ -46,6 +47,7 @@ MOEGRAD_TEST_OP_ENTRY(TokenPermuteWithRoutingMap);
 MOEGRAD_TEST_OP_ENTRY(InitRoutingV2);
 MOEGRAD_TEST_OP_ENTRY(InitRoutingV2Grad);
 MOEGRAD_TEST_OP_ENTRY(TokenUnpermuteWithRoutingMap);
+MOEGRAD_TEST_OP_ENTRY(TokenUnpermuteWithRoutingMapGrad);
 #undef MOEGRAD_TEST_OP_ENTRY
 
 // The argument struct of an OpInfo (what ForEachOp hands out).

@@ -110,4 +110,14 @@ inline ValidCall<TokenUnpermuteWithRoutingMapArgs> TokenUnpermuteWithRoutingMapC
   return v;
 }
 
+inline ValidCall<TokenUnpermuteWithRoutingMapGradArgs> TokenUnpermuteWithRoutingMapGradCall() {  // T 2, E 3, K 2, H 4
+  ValidCall<TokenUnpermuteWithRoutingMapGradArgs> v;
+  v.Tensor("unpermutedTokensGrad", kF32, {2, 4}).Tensor("outIndex", kI32, {4}, {0, 2, 1, 3});
+  v.Tensor("permuteTokenId", kI32, {4}, {0, 0, 1, 1});
+  v.Tensor("routingMapOptional", DType::kInt8, {2, 3}, {1, 1, 0, 0, 1, 1});
+  v.Tensor("permutedTokensOptional", kF32, {4, 4}).Tensor("probsOptional", kF32, {2, 3});
+  v.Tensor("permutedTokensGradOut", kF32, {4, 4}).Tensor("probsGradOutOptional", kF32, {2, 3});
+  return v;
+}
+
 }  // namespace moegrad::testing

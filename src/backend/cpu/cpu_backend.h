@@ -11,6 +11,7 @@
 #include "src/backend/token_permute_with_routing_map.h"
 #include "src/backend/token_permute_with_routing_map_grad.h"
 #include "src/backend/token_unpermute_with_routing_map.h"
+#include "src/backend/token_unpermute_with_routing_map_grad.h"
 
 namespace moegrad::backend::cpu {
 
@@ -22,6 +23,7 @@ const OpBackend<TokenPermuteWithRoutingMapProblem>* For(const TokenPermuteWithRo
 const OpBackend<InitRoutingV2Problem>* For(const InitRoutingV2Problem*);
 const OpBackend<InitRoutingV2GradProblem>* For(const InitRoutingV2GradProblem*);
 const OpBackend<TokenUnpermuteWithRoutingMapProblem>* For(const TokenUnpermuteWithRoutingMapProblem*);
+const OpBackend<TokenUnpermuteWithRoutingMapGradProblem>* For(const TokenUnpermuteWithRoutingMapGradProblem*);
 
 // The one instance of an operator's CPU backend class, which its For() returns.
 template <typename Backend>

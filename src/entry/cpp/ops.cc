@@ -51,5 +51,6 @@ MOEGRAD_CPP_OPERATOR(TokenPermuteWithRoutingMap)
 MOEGRAD_CPP_OPERATOR(InitRoutingV2)
 MOEGRAD_CPP_OPERATOR(InitRoutingV2Grad)
 MOEGRAD_CPP_OPERATOR(TokenUnpermuteWithRoutingMap)
+MOEGRAD_CPP_OPERATOR(TokenUnpermuteWithRoutingMapGrad)
 
 }  // namespace moegrad

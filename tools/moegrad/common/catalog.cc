@@ -43,6 +43,11 @@ void Set(InitRoutingV2Config& c, int64_t mode, unsigned in) {
   c.active_num = in & kHalfActive ? std::max<int64_t>(1, c.shape.tokens * c.shape.topk / 2) : 0;
 }
 
+void Set(TokenUnpermuteWithRoutingMapGradConfig& c, int64_t mode, unsigned in) {
+  c.drop_and_pad = mode != 0;
+  c.probs = in & kProbs;
+}
+
 void Set(InitRoutingV2GradConfig& c, int64_t mode, unsigned in) {
   c.mode = mode;
   c.active_num = (in & kHalfActive) ? c.shape.tokens * c.shape.topk / 2 : 0;
@@ -100,6 +105,9 @@ const std::vector<BenchRow>& BenchRows() {
       // The routing-map combine, on the permute's indices: the inverse of its dispatch rows above.
       Row<TokenUnpermuteWithRoutingMapConfig>("dropless probs", 0, kProbs),
       Row<TokenUnpermuteWithRoutingMapConfig>("pad probs", 1, kProbs),
+      // The routing-map combine's gradient with the forward's indices.
+      Row<TokenUnpermuteWithRoutingMapGradConfig>("dropless probs", 0, kProbs),
+      Row<TokenUnpermuteWithRoutingMapGradConfig>("drop-pad probs", 1, kProbs),
   };
   return rows;
 }

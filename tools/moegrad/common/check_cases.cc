@@ -155,6 +155,20 @@ void Draw(InitRoutingV2GradConfig& c, std::mt19937_64& rng) {
   if (c.mode == 1 && Chance(rng, 10)) c.active_num = Uniform(rng, 1, 9);  // ignored in mode 1
 }
 
+void Draw(TokenUnpermuteWithRoutingMapGradConfig& c, std::mt19937_64& rng) {
+  c.drop_and_pad = Chance(rng, 50);
+  c.shape.topk = Small(rng, Chance(rng, 5) ? 0 : 1, c.shape.experts);  // K <= E: the map has K per row
+  // Capacity below and above the demand (the forward pads with unrouted tokens, repeats past T).
+  c.shape.capacity = Chance(rng, 20) ? Uniform(rng, 0, 2 * c.shape.tokens + 1) : Small(rng, 1, 6);
+  if (c.shape.tokens == 0) c.shape.capacity = 0;  // no token to fill a row with
+  c.probs = Chance(rng, 70);
+  c.extras = !c.probs && Chance(rng, 40);
+  c.probs_grad_without_probs = !c.probs && Chance(rng, 40);
+  c.mindspeed = Chance(rng, 25);
+  c.restore_shape = Chance(rng, 30);
+  c.map_dtype = RandomMapDType(rng);
+}
+
 // One random case of the operator of Config::Args; `specials` fixes the kind of values instead of drawing it.
 template <typename Config>
 CheckCase RandomCase(std::mt19937_64& rng, std::optional<SpecialValues> specials) {
@@ -194,6 +208,7 @@ const std::vector<CheckOp>& CheckOps() {
       Op<InitRoutingV2Config>(),
       Op<InitRoutingV2GradConfig>(),
       Op<TokenUnpermuteWithRoutingMapConfig>(),
+      Op<TokenUnpermuteWithRoutingMapGradConfig>(),
   };
   return ops;
 }

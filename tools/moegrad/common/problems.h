@@ -129,4 +129,25 @@ struct TokenUnpermuteWithRoutingMapConfig : ProblemConfig {
 };
 std::unique_ptr<Problem> MakeProblem(const TokenUnpermuteWithRoutingMapConfig& c);
 
+// MoeTokenUnpermuteWithRoutingMapGrad: tokens T, hidden H, experts E, topk K (dropless), capacity C
+// (drop-and-pad); N = T*K (dropless) or E*C (drop-and-pad). Routed index data: outIndex and permuteTokenId as
+// MoeTokenUnpermuteWithRoutingMap writes them from the permute's sortedIndices of a random top-k map; random:
+// any valid values (duplicate rows, rows no pair reaches, tokens twice under one expert). Weights: probs,
+// probsGrad. Minimum bytes: read the unpermutedTokensGrad rows some pair names (distinct*H), outIndex (N int32),
+// in drop-and-pad mode permuteTokenId (N int32), with probs the permutedTokens rows some pair names
+// (distinct*H), probs (T*E) and, dropless, routingMap (T*E bytes); write permutedTokensGrad (N*H) and, with
+// probs, probsGrad (T*E).
+struct TokenUnpermuteWithRoutingMapGradConfig : ProblemConfig {
+  using Args = TokenUnpermuteWithRoutingMapGradArgs;
+  bool drop_and_pad = false;
+  bool probs = true;
+  bool extras = false;                    // without probs: also pass routingMap and permutedTokens (unused)
+  bool probs_grad_without_probs = false;  // given but must stay untouched
+  bool mindspeed = false;                 // dropless: permuteTokenId = outIndex (sortedIndices as both)
+  bool restore_shape = false;             // pass restoreShape (T, H)
+  DType map_dtype = DType::kInt8;         // INT8 or BOOL
+  bool drop_pad() const { return drop_and_pad; }
+};
+std::unique_ptr<Problem> MakeProblem(const TokenUnpermuteWithRoutingMapGradConfig& c);
+
 }  // namespace moegrad::tool
