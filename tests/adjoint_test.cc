@@ -6,6 +6,7 @@
 //                              adjoint of forward mode 2 / 3; forward modes 0 / 1 (expert-major pairs) use it
 //                              with the index reordered to token-major.
 //   MoeTokenPermuteWithRoutingMapGrad: <P(tokens), g> = <tokens, P^T g>, <permutedProbs, gp> = <probs, probsGrad>.
+//   MoeTokenUnpermuteWithRoutingMapGrad: <U(x; D), g> = <x, U^T g> = <D, probsGradOut> on the permute's indices.
 //   MoeInitRoutingV2Grad:      <I(x), g> = <x, I^T g> with the forward's expandedRowIdx and the same dropPadMode
 //                              and activeNum (active truncation, drops past capacity, the +0 rows of drop/pad).
 // Tolerances follow from the dtype: every output element is one fp32 sum of at most M terms rounded once (to its
@@ -340,6 +341,71 @@ TEST(Adjoint, InitRoutingV2EveryModeAndDType) {
   CheckInitRoutingV2Adjoint({1, 40, 16, 1031, 64, 6, 0, true, Layout::kContiguous, seed++}, DType::kFloat32);
   CheckInitRoutingV2Adjoint({0, 33, 1, 64, 3, 0, 10, true, Layout::kTransposed, seed++}, DType::kFloat16);
   CheckInitRoutingV2Adjoint({1, 5, 2, 0, 3, 2, 0, false, Layout::kContiguous, seed++}, DType::kFloat32);
+}
+
+// --- the routing-map combine ----------------------------------------------------------------------------------
+// The permute's sortedIndices (dropless K per token, or drop-and-pad with capacity C) feed the unpermute with
+// probs D; its gradient, fed the forward's outIndex and permuteTokenId, must give
+//   <Unpermute(x; D), g> = <x, permutedTokensGradOut>  and  <Unpermute(x; D), g> = <D, probsGradOut>
+// (the combine is linear in x and in D).
+void CheckTokenUnpermuteWithRoutingMapAdjoint(bool pad, int64_t T, int64_t E, int64_t H, int64_t k_or_c,
+                                              double density, DTypes dtypes, Layout L, uint64_t seed) {
+  const DType dt = dtypes.tokens, wt = dtypes.weights;
+  SCOPED_TRACE(::testing::Message() << DTypesName(dtypes) << (pad ? " pad C=" : " dropless K=") << k_or_c
+                                    << " T=" << T << " E=" << E << " H=" << H << " layout=" << LayoutName(L)
+                                    << " seed=" << seed);
+  std::mt19937_64 rng(seed);
+  const int64_t N = pad ? E * k_or_c : T * k_or_c;
+  TestTensor tokens(dt, {T, H}, L, 1), map(DType::kBool, {T, E}, L, 2), permuted_tokens(dt, {N, H}, L, 3);
+  TestTensor sorted(DType::kInt32, {N}, L, 4), x(dt, {N, H}, L, 5), probs(wt, {T, E}, L, 6);
+  TestTensor out(dt, {T, H}, L, 7), out_index(DType::kInt32, {N}, L, 8), token_id(DType::kInt32, {N}, L, 9);
+  TestTensor pprobs(wt, {N}, L, 10), g(dt, {T, H}, L, 11), x_grad(dt, {N, H}, L, 12), probs_grad(wt, {T, E}, L, 13);
+  tokens.FillUniform(rng);
+  x.FillUniform(rng);
+  probs.FillUniform(rng);
+  g.FillUniform(rng);
+  const std::vector<uint8_t> routed = RandomRouting(T, E, pad, k_or_c, density, rng);
+  for (int64_t i = 0; i < T * E; ++i) map.SetI(i, routed[static_cast<size_t>(i)]);
+  // sortedIndices from the permute (tokens, routingMap, probs, permuteTokensOut, permuteProbsOut, sortedIndicesOut).
+  const TestCall<TokenPermuteWithRoutingMapArgs> permute{{&tokens, &map, nullptr, &permuted_tokens, nullptr, &sorted},
+                                                         {N, pad}};
+  Status st = permute.Run(Api::kCpp);
+  ASSERT_TRUE(st.ok()) << st.message();
+  const TestCall<TokenUnpermuteWithRoutingMapArgs> forward{
+      {&x, &sorted, &map, &probs, &out, &out_index, &token_id, &pprobs}, {pad}};
+  st = forward.Run(Api::kCpp);
+  ASSERT_TRUE(st.ok()) << st.message();
+  const TestCall<TokenUnpermuteWithRoutingMapGradArgs> backward{
+      {&g, &out_index, &token_id, &map, &x, &probs, &x_grad, &probs_grad}, {pad}};
+  st = backward.Run(Api::kCpp);
+  ASSERT_TRUE(st.ok()) << st.message();
+
+  // A token is the sum of at most K (dropless) or E (pad) terms; a row of x_grad of one term; a probs gradient
+  // the dot product of H terms (summed over the rows of one (token, expert): one in the forward's layout).
+  double A = 0;
+  const double lhs = Dot(out, g, &A);
+  const double rhs = Dot(x, x_grad);
+  EXPECT_NEAR(lhs, rhs, 2 * Bound(dt, pad ? E : k_or_c) * A + 1e-30) << "<U(x; D), g> vs <x, U^T g>";
+  const double prhs = Dot(probs, probs_grad);
+  EXPECT_NEAR(lhs, prhs, 2 * (Bound(dt, pad ? E : k_or_c) + Bound(wt, H)) * A + 1e-30)
+      << "<U(x; D), g> vs <D, probsGradOut>";
+}
+
+TEST(Adjoint, TokenUnpermuteWithRoutingMapEveryModeAndDType) {
+  uint64_t seed = 1300;
+  for (const DTypes& dt : kEveryDTypes) {  // the probs in the tokens' dtype, then in their own
+    CheckTokenUnpermuteWithRoutingMapAdjoint(false, 11, 6, 37, 2, 0, dt, Layout::kContiguous, seed++);
+    CheckTokenUnpermuteWithRoutingMapAdjoint(false, 9, 8, 17, 8, 0, dt, Layout::kPadded, seed++);
+    CheckTokenUnpermuteWithRoutingMapAdjoint(true, 11, 6, 37, 4, 0.3, dt, Layout::kContiguous, seed++);
+    CheckTokenUnpermuteWithRoutingMapAdjoint(true, 8, 5, 9, 8, 0.6, dt, Layout::kTransposed, seed++);
+  }
+  // Many tokens, long rows (vector bodies and tails); capacity above the routed counts (padding rows).
+  CheckTokenUnpermuteWithRoutingMapAdjoint(false, 300, 16, 1031, 4, 0, {DType::kBFloat16, DType::kFloat32},
+                                           Layout::kContiguous, seed++);
+  CheckTokenUnpermuteWithRoutingMapAdjoint(true, 300, 16, 1031, 40, 0.1, {DType::kFloat32, DType::kFloat32},
+                                           Layout::kContiguous, seed++);
+  CheckTokenUnpermuteWithRoutingMapAdjoint(false, 5, 4, 1, 1, 0, {DType::kFloat16, DType::kFloat16},
+                                           Layout::kContiguous, seed++);
 }
 
 }  // namespace

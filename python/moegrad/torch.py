@@ -437,14 +437,38 @@ def _init_routing_grad_autograd(grad_expanded_x, expanded_row_idx, top_k, drop_p
                                (grad_expanded_x,))[0]
 
 
+class _UnpermuteFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, permuted_tokens, sorted_indices, routing_map, probs, padded_mode, restore_shape):
+        out, out_index, token_id, permute_probs = _unpermute(permuted_tokens, sorted_indices, routing_map, probs,
+                                                             padded_mode, restore_shape)
+        ctx.mark_non_differentiable(*[t for t in (out_index, token_id, permute_probs) if t is not None])
+        ctx.has_probs = probs is not None
+        ctx.save_for_backward(out_index, token_id, routing_map, permuted_tokens if ctx.has_probs else None, probs)
+        ctx.padded_mode = bool(padded_mode)
+        ctx.restore_shape = restore_shape
+        return out, out_index, token_id, permute_probs
+
+    @staticmethod
+    def backward(ctx, grad_out, *_grad_indices):
+        out_index, token_id, routing_map, permuted_tokens, probs = ctx.saved_tensors
+        want_probs = ctx.has_probs and ctx.needs_input_grad[3]
+        with torch.no_grad():
+            if want_probs and routing_map is None:  # pad mode: the map is shape-checked, never read
+                routing_map = torch.zeros(probs.shape, dtype=torch.bool)
+            tokens_grad, probs_grad = _unpermute_grad(
+                grad_out, out_index, token_id, routing_map if want_probs else None,
+                permuted_tokens if want_probs else None, probs if want_probs else None, ctx.padded_mode,
+                ctx.restore_shape)
+        tokens_grad, probs_grad = _not_differentiable(
+            _double_backward_message("token_unpermute_with_routing_map_grad", "moe_token_unpermute_with_routing_map"),
+            (tokens_grad, probs_grad), (grad_out, permuted_tokens, probs))
+        return (tokens_grad if ctx.needs_input_grad[0] else None), None, None, probs_grad, None, None
+
+
 def _unpermute_autograd(permuted_tokens, sorted_indices, routing_map=None, probs=None, padded_mode=False,
                        restore_shape=None):
-    # Until MoeTokenUnpermuteWithRoutingMapGrad is wired in, a backward through the outputs fails with one line.
-    results = _unpermute(permuted_tokens, sorted_indices, routing_map, probs, padded_mode, restore_shape)
-    return _not_differentiable(
-        f"{_op('token_unpermute_with_routing_map')}: moe_token_unpermute_with_routing_map is not differentiable yet "
-        "(its gradient operator MoeTokenUnpermuteWithRoutingMapGrad is not wired in)",
-        results, (permuted_tokens, probs))
+    return _UnpermuteFunction.apply(permuted_tokens, sorted_indices, routing_map, probs, padded_mode, restore_shape)
 
 
 def _unpermute_grad_autograd(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
@@ -634,7 +658,8 @@ def moe_token_unpermute_with_routing_map(permuted_tokens, sorted_indices, routin
     (N = E*C) q's token is sorted_indices[q], its row q, its weight probs[token][q // C]. Without probs every
     weight is 1 and restore_shape (T, H) is required; with it, restore_shape must match. Returns
     (unpermuted_tokens (T, H), out_index (N) INT32, permute_token_id (N) INT32, permute_probs (N) or None): the
-    contributions' rows and tokens ordered by token, and each contribution's weight. Not differentiable yet.
+    contributions' rows and tokens ordered by token, and each contribution's weight. Differentiable in
+    permuted_tokens and probs (MoeTokenUnpermuteWithRoutingMapGrad), once; the other outputs are not.
     """
     a = _check("token_unpermute_with_routing_map",
                dict(permutedTokens=permuted_tokens, sortedIndices=sorted_indices, routingMapOptional=routing_map,

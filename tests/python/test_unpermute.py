@@ -2,7 +2,9 @@
 written out: every permuted row weighted by its probability in fp32 and added into its token, in ascending
 contribution order, rounded once), in both modes, with and without probs, every token x weight dtype pair,
 layouts, zero weights, repeated indices, empty batches; the index outputs; the spec's worked examples; the
-permute followed by the unpermute; torch.ops registration; not differentiable yet."""
+permute followed by the unpermute; torch.ops registration; the backward (MoeTokenUnpermuteWithRoutingMapGrad)
+against autograd of the reference, and the whole routing-map MoE layer (Megatron's permute, per-expert
+matmuls, unpermute) forward and backward against PyTorch autograd of it written out."""
 import pytest
 import torch
 
@@ -211,23 +213,118 @@ def test_torch_ops_registration_and_fallback(monkeypatch):
         assert_bits(g, w, "without the dispatcher")
 
 
-_NOT_YET = ("MoeTokenUnpermuteWithRoutingMap: moe_token_unpermute_with_routing_map is not differentiable yet "
-            "(its gradient operator MoeTokenUnpermuteWithRoutingMapGrad is not wired in)")
-
-
 @pytest.mark.parametrize("through_ops", [True, False])
-def test_not_differentiable_yet(monkeypatch, through_ops):
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("dtype,weight_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
+                                                (torch.float16, torch.float16)])
+@pytest.mark.parametrize("with_probs", [True, False])
+def test_backward(monkeypatch, through_ops, padded, dtype, weight_dtype, with_probs):
+    """The gradients of permuted_tokens and probs are MoeTokenUnpermuteWithRoutingMapGrad's outputs bit for bit on
+    the forward's out_index / permute_token_id, and match autograd of the float64 reference."""
     if not through_ops:
         monkeypatch.setattr(mt, "_ENTRY", {name: auto for name, (_cpu, auto) in mt._KERNELS.items()})
-    permuted, idx, routing_map, probs = make_case(False, True, torch.float32, torch.float32, seed=2)
-    for requires in ("permuted", "probs"):
-        x = permuted.clone().requires_grad_(requires == "permuted")
-        p = probs.clone().requires_grad_(requires == "probs")
-        out, *_ = mt.moe_token_unpermute_with_routing_map(x, idx, routing_map, p)
-        assert out.requires_grad
-        with pytest.raises(RuntimeError) as info:
-            out.sum().backward()
-        assert str(info.value) == _NOT_YET
-    # Nothing requiring grad: plain tensors.
-    out, *_ = mt.moe_token_unpermute_with_routing_map(permuted, idx, routing_map, probs)
-    assert not out.requires_grad
+    permuted, idx, routing_map, probs = make_case(padded, True, dtype, weight_dtype, seed=5)
+    T, H = routing_map.shape[0], permuted.shape[1]
+    x = permuted.clone().requires_grad_(True)
+    p = probs.clone().requires_grad_(True) if with_probs else None
+    out, out_index, token_id, pprobs = mt.moe_token_unpermute_with_routing_map(
+        x, idx, routing_map, p, padded_mode=padded, restore_shape=None if with_probs else (T, H))
+    assert out.requires_grad and not out_index.requires_grad and not token_id.requires_grad
+    assert pprobs is None or not pprobs.requires_grad
+    g = torch.randn(T, H).to(dtype)
+    out.backward(g)
+    want_x, want_p = mt.moe_token_unpermute_with_routing_map_grad(
+        g, out_index, token_id, routing_map if with_probs else None, permuted if with_probs else None,
+        probs if with_probs else None, drop_and_pad=padded)
+    assert_bits(x.grad, want_x, "permuted_tokens.grad vs the grad operator")
+    if with_probs:
+        assert_bits(p.grad, want_p, "probs.grad vs the grad operator")
+
+    # Autograd of the reference in float64: out[tok(q)] += w(q) * x[row(q)].
+    x64 = permuted.double().requires_grad_(True)
+    p64 = probs.double().requires_grad_(True)
+    N = idx.numel()
+    if padded:
+        tok, row, expert = idx.long(), torch.arange(N), torch.arange(N) // (N // probs.shape[1])
+    else:
+        tok, row = torch.arange(N) // (N // T), idx.long()
+        expert = routing_map.bool().nonzero()[:, 1]
+    w = p64[tok, expert] if with_probs else torch.ones(N, dtype=torch.float64)
+    want = torch.zeros(T, H, dtype=torch.float64).index_add(0, tok, w.unsqueeze(1) * x64[row])
+    want.backward(g.double())
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2 ** -7, torch.float16: 2 ** -9}
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=tol[dtype], atol=tol[dtype])
+    if with_probs:
+        torch.testing.assert_close(p.grad.double(), p64.grad, rtol=tol[weight_dtype] * 4, atol=tol[weight_dtype] * 4)
+
+
+def test_backward_twice_is_refused():
+    permuted, idx, routing_map, probs = make_case(False, True, torch.float32, torch.float32, seed=6)
+    x = permuted.clone().requires_grad_(True)
+    out, *_ = mt.moe_token_unpermute_with_routing_map(x, idx, routing_map, probs)
+    (gx,) = torch.autograd.grad(out, x, torch.randn(out.shape, requires_grad=True), create_graph=True)
+    with pytest.raises(RuntimeError) as info:
+        gx.sum().backward()
+    assert str(info.value) == ("MoeTokenUnpermuteWithRoutingMapGrad: the gradients of "
+                               "moe_token_unpermute_with_routing_map are not differentiable (double backward is not "
+                               "supported)")
+
+
+def megatron_layer(tokens, routing_map, probs, weights, capacity):
+    """Megatron-core's routing-map MoE layer written out in plain PyTorch: permute (dropless: token ids per expert
+    in ascending order; drop_and_pad: each expert's first `capacity` routed tokens, then unrouted ones), the
+    experts' matmuls, unpermute (each row weighted by its probability and index_add-ed into its token)."""
+    T, E = routing_map.shape
+    if capacity == 0:
+        sorted_indices = torch.arange(T).unsqueeze(0).expand(E, T).masked_select(routing_map.T.bool())
+        counts = routing_map.bool().sum(0).tolist()
+        # Megatron's probs.T.masked_select(routing_map.T), as plain indexing (the same values in the same order)
+        permuted_probs = probs[sorted_indices, torch.arange(E).repeat_interleave(torch.tensor(counts))]
+    else:
+        sorted_indices = routing_map.T.int().argsort(dim=-1, descending=True, stable=True)[:, :capacity].reshape(-1)
+        permuted_probs = probs.T.reshape(-1)[torch.arange(E).repeat_interleave(capacity) * T + sorted_indices]
+        counts = [capacity] * E
+    permuted = tokens.index_select(0, sorted_indices)
+    y = torch.cat([part @ weights[e] for e, part in enumerate(permuted.split(counts))])
+    return torch.zeros_like(tokens).index_add(0, sorted_indices, y * permuted_probs.unsqueeze(1).to(y.dtype))
+
+
+def moegrad_layer(tokens, routing_map, probs, weights, capacity):
+    """The same layer on moegrad: MoeTokenPermuteWithRoutingMap, the experts' matmuls on its expert-major rows,
+    MoeTokenUnpermuteWithRoutingMap with the permute's sorted_indices and the probs."""
+    T, E = routing_map.shape
+    padded = capacity > 0
+    n = E * capacity if padded else int(routing_map.bool().sum())
+    permuted, _, sorted_indices = mt.moe_token_permute_with_routing_map(tokens, routing_map, None, num_out_tokens=n,
+                                                                        drop_and_pad=padded)
+    counts = [capacity] * E if padded else routing_map.bool().sum(0).tolist()
+    y = torch.cat([part @ weights[e] for e, part in enumerate(permuted.split(counts))])
+    out, *_ = mt.moe_token_unpermute_with_routing_map(y, sorted_indices, routing_map, probs, padded_mode=padded)
+    return out
+
+
+@pytest.mark.parametrize("dtype,weight_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32)])
+@pytest.mark.parametrize("capacity", [0, 2, 9])
+def test_round_trip_matches_autograd_of_megatron(dtype, weight_dtype, capacity):
+    """MoeTokenPermuteWithRoutingMap -> per-expert transform -> MoeTokenUnpermuteWithRoutingMap forward and the
+    two gradient operators backward, against PyTorch autograd of Megatron's permute / unpermute in float64: the
+    output and the gradients of the tokens, the router probabilities and the expert weights."""
+    gen = torch.Generator().manual_seed(11)
+    T, E, H, K = 21, 5, 12, 2
+    routing_map = routing(T, E, K, gen)
+    scores = torch.rand(T, E, generator=gen)
+    probs = (scores * routing_map).to(weight_dtype).requires_grad_(True)
+    tokens = torch.randn(T, H, generator=gen).to(dtype).requires_grad_(True)
+    weights = (torch.randn(E, H, H, generator=gen) / H ** 0.5).to(dtype).requires_grad_(True)
+    out = moegrad_layer(tokens, routing_map, probs, weights, capacity)
+    g = torch.randn(T, H, generator=gen).to(dtype)
+    out.backward(g)
+
+    t64, p64, w64 = (v.detach().double().requires_grad_(True) for v in (tokens, probs, weights))
+    want = megatron_layer(t64, routing_map, p64, w64, capacity)
+    want.backward(g.double())
+    tol = 1e-5 if dtype == torch.float32 else 2 ** -5  # bf16: the expert matmuls round too
+    for got, ref, what in ((out, want, "out"), (tokens.grad, t64.grad, "tokens.grad"),
+                           (probs.grad, p64.grad, "probs.grad"), (weights.grad, w64.grad, "weights.grad")):
+        torch.testing.assert_close(got.double(), ref.double(), rtol=tol, atol=tol, msg=lambda m, w=what: f"{w}: {m}")
+    assert probs.grad.dtype == weight_dtype and tokens.grad.dtype == dtype
