@@ -8,6 +8,9 @@ The PyTorch side is what a training framework runs without fused routing kernels
   * V2 dispatch (MoeInitRoutingV2): a stable sort of the token-major pairs by expert, then index_select of
     the token rows (dropless, the first activeNum rows with active truncation) or index_copy into a zeroed
     (E*C, H) tensor of the pairs under the capacity (drop-and-pad); its backward is autograd's index_add;
+  * routing-map combine (MoeTokenUnpermuteWithRoutingMap): Megatron-LM's unpermute -- each permuted row times
+    its probability (gathered from probs by the permute's expert-major order), index_add-ed into its token;
+    its backward is autograd's (index_select of the gradient rows, and the probabilities' products);
   * combine: the formula MoeFinalizeRoutingV2 computes -- index_select of the expert-output rows named by
     expandedRowIdx (dropped rows masked to zero), plus the gathered expert bias, weighted by the routing
     scales and summed over the top-k (the pattern of Megatron's unpermute).
@@ -117,6 +120,14 @@ def permute(tokens, routing_map, probs, num_out_tokens, drop_and_pad):
     return tokens.index_select(0, sorted_indices), permuted_probs
 
 
+def unpermute(permuted, sorted_indices, probs, expert_of_row, T):
+    """Megatron-LM's routing-map unpermute: out[token] += permuted[row] * probs[token][expert of row], the
+    products in the promoted dtype (fp32 probs with bf16 rows: fp32), rounded to the rows' dtype."""
+    weights = probs[sorted_indices, expert_of_row].unsqueeze(1)
+    out = torch.zeros(T, permuted.shape[1], dtype=torch.promote_types(permuted.dtype, probs.dtype))
+    return out.index_add(0, sorted_indices, permuted * weights).to(permuted.dtype)
+
+
 def init_routing(x, experts, E, capacity, active_num):
     """MoeInitRoutingV2 in plain PyTorch: expanded_x and expandedRowIdx from token-major pairs sorted stably by
     expert (dropless, the first active_num rows when 0 < active_num < N*K), or the rows under the capacity
@@ -198,6 +209,31 @@ def init_routing_case(shape, dtypes, drop_pad, half_active, backward, gen):
     return lambda: torch.autograd.grad(out, x, grad, retain_graph=True)
 
 
+def unpermute_case(shape, dtypes, drop_and_pad, backward, gen):
+    T, H, E, K, C = shape
+    dtype, weight_dtype = dtypes
+    _, routing_map = random_routing(T, E, K, gen)
+    if drop_and_pad:
+        sorted_indices = routing_map.T.to(torch.int8).argsort(dim=-1, descending=True, stable=True)[:, :C]
+        sorted_indices = sorted_indices.contiguous().view(-1)
+        expert_of_row = torch.arange(E).repeat_interleave(C)
+    else:
+        sorted_indices = torch.arange(T).unsqueeze(0).expand(E, -1).masked_select(routing_map.T.contiguous())
+        expert_of_row = torch.arange(E).repeat_interleave(routing_map.sum(0))
+    permuted = torch.rand(sorted_indices.numel(), H, generator=gen).to(dtype)
+    probs = torch.rand(T, E, generator=gen).to(weight_dtype)
+    if not backward:
+        def forward():
+            with torch.no_grad():
+                unpermute(permuted, sorted_indices, probs, expert_of_row, T)
+        return forward
+    permuted.requires_grad_()
+    probs.requires_grad_()
+    out = unpermute(permuted, sorted_indices, probs, expert_of_row, T)
+    grad = torch.rand(T, H, generator=gen).to(dtype)
+    return lambda: torch.autograd.grad(out, (permuted, probs), grad, retain_graph=True)
+
+
 # moegrad bench rows (key, mode) -> (what PyTorch runs, its case builder)
 TORCH_ROWS = {
     ("finalize-routing-v2-grad", "dropless scales+bias"):
@@ -216,6 +252,14 @@ TORCH_ROWS = {
         ("permute forward", lambda s, d, g: permute_case(s, d, False, False, g)),
     ("token-permute-with-routing-map", "drop-pad probs"):
         ("permute forward", lambda s, d, g: permute_case(s, d, True, False, g)),
+    ("token-unpermute-with-routing-map", "dropless probs"):
+        ("unpermute forward", lambda s, d, g: unpermute_case(s, d, False, False, g)),
+    ("token-unpermute-with-routing-map", "drop-pad probs"):
+        ("unpermute forward", lambda s, d, g: unpermute_case(s, d, True, False, g)),
+    ("token-unpermute-with-routing-map-grad", "dropless probs"):
+        ("unpermute backward", lambda s, d, g: unpermute_case(s, d, False, True, g)),
+    ("token-unpermute-with-routing-map-grad", "drop-pad probs"):
+        ("unpermute backward", lambda s, d, g: unpermute_case(s, d, True, True, g)),
     ("init-routing-v2", "dropless cumsum"):
         ("sort + index_select", lambda s, d, g: init_routing_case(s, d, False, False, False, g)),
     ("init-routing-v2", "dropless active-half cumsum"):

@@ -104,7 +104,7 @@ const std::vector<BenchRow>& BenchRows() {
       Row<InitRoutingV2GradConfig>("drop-pad", 1, 0),
       // The routing-map combine, on the permute's indices: the inverse of its dispatch rows above.
       Row<TokenUnpermuteWithRoutingMapConfig>("dropless probs", 0, kProbs),
-      Row<TokenUnpermuteWithRoutingMapConfig>("pad probs", 1, kProbs),
+      Row<TokenUnpermuteWithRoutingMapConfig>("drop-pad probs", 1, kProbs),
       // The routing-map combine's gradient with the forward's indices.
       Row<TokenUnpermuteWithRoutingMapGradConfig>("dropless probs", 0, kProbs),
       Row<TokenUnpermuteWithRoutingMapGradConfig>("drop-pad probs", 1, kProbs),
