@@ -215,6 +215,33 @@ TEST(EveryOperatorAlias, OutputsThatOverlapThemselvesAreRejected) {
   });
 }
 
+// A tensor whose data pointer is off its element size (a byte offset into another allocation) is rejected by
+// phase one through both APIs, naming it; one-byte elements (INT8, BOOL) are aligned anywhere.
+TEST(EveryOperatorAlignment, EachArgumentMisalignedForItsElementsIsRejected) {
+  ForEachSmallCall([](OpUnderTest& t) {
+    std::vector<Named> all = t.inputs;
+    all.insert(all.end(), t.outputs.begin(), t.outputs.end());
+    for (const Named& n : all) {
+      TensorView* v = n.view;
+      const int64_t es = v->element_size();
+      void* const own = v->data;
+      for (int64_t shift = 1; shift < es; ++shift) {
+        SCOPED_TRACE(n.name + " shifted by " + std::to_string(shift) + " bytes");
+        v->data = static_cast<char*>(own) + shift;
+        const std::string want = t.op + ": " + n.name + " has dtype " + DTypeName(v->dtype) +
+                                 " but its data pointer is not aligned to its " + std::to_string(es) +
+                                 "-byte elements";
+        EXPECT_EQ(t.cpp().status, ACLNN_ERR_PARAM_INVALID);
+        EXPECT_EQ(t.cpp().message, want);
+        EXPECT_EQ(t.acl().status, ACLNN_ERR_PARAM_INVALID);
+        EXPECT_EQ(t.acl().message, want);
+      }
+      v->data = own;
+    }
+    EXPECT_EQ(t.cpp().status, 0) << t.cpp().message;
+  });
+}
+
 TEST(EveryOperatorOverflow, EachArgumentsElementCountIsChecked) {
   ForEachSmallCall([](OpUnderTest& t) {
     std::vector<Named> all = t.inputs;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -136,6 +137,12 @@ Status ArgChecker::WellFormed(const TensorView& t, const char* name) const {
   }
   if (!empty && t.data == nullptr) {
     return Fail(StatusCode::kNullptr, "%s has shape %s but its data pointer is null", name, ShapeString(t).text);
+  }
+  // Kernels load elements in place: a pointer off its element size (a byte offset into another allocation)
+  // would be undefined behaviour, and a fault on some CPUs.
+  if (!empty && reinterpret_cast<uintptr_t>(t.data) % ElementSize(t.dtype) != 0) {
+    return Fail(StatusCode::kInvalid, "%s has dtype %s but its data pointer is not aligned to its %d-byte elements",
+                name, NameOf(t.dtype), static_cast<int>(ElementSize(t.dtype)));
   }
   return Status::Ok();
 }

@@ -64,7 +64,8 @@ class ArgChecker {
   Status OutputRequired(const TensorView* t, const char* name) const {
     return querying() ? Status::Ok() : Required(t, name);
   }
-  // Sizes and strides non-negative, known dtype, byte extent representable in 64 bits.
+  // Sizes and strides non-negative, known dtype, byte extent representable in 64 bits; a non-empty view has
+  // data, aligned to its element size (INVALID otherwise: kernels load elements in place).
   Status WellFormed(const TensorView& t, const char* name) const;
   Status Rank(const TensorView& t, const char* name, int rank) const;
   // Rank and every size; -1 in `want` accepts any size in that dimension.
