@@ -65,6 +65,17 @@ std::string SetBadIndex(HostTensor* index, const char* name, int64_t flat, int64
   return Format("%s[%lld] = %lld", name, static_cast<long long>(flat), static_cast<long long>(value));
 }
 
+int64_t OutsideRange(int64_t hi, std::mt19937_64& rng) {
+  return rng() % 2 ? hi + static_cast<int64_t>(rng() % 3) : -1 - static_cast<int64_t>(rng() % 3);
+}
+
+std::string FlipRoutingMapEntry(HostTensor* map, std::mt19937_64& rng, const char* why) {
+  const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(map->numel()));
+  const int64_t v = map->GetI(i) != 0 ? 0 : 1;
+  map->SetI(i, v);
+  return Format("routingMap flat[%lld] = %lld (%s)", static_cast<long long>(i), static_cast<long long>(v), why);
+}
+
 void FillFinalizeIndices(IndexData index, const Shape& s, int64_t capacity, bool expert_major, int64_t lo,
                          int64_t hi, std::mt19937_64& rng, HostTensor* row_idx, HostTensor* expert_idx) {
   const int64_t R = s.tokens, K = s.topk, pairs = R * K;

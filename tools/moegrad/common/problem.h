@@ -162,6 +162,11 @@ uint64_t CountDistinct(const HostTensor& index, int64_t lo, int64_t hi);
 // Sets element `flat` of an index tensor to `value` (an invalid one, for CorruptIndex) and returns
 // "name[flat] = value" for the message.
 std::string SetBadIndex(HostTensor* index, const char* name, int64_t flat, int64_t value);
+// A value just outside [0, hi): hi .. hi + 2 or -1 .. -3, for CorruptIndex.
+int64_t OutsideRange(int64_t hi, std::mt19937_64& rng);
+// Flips one element of a routing map (routed <-> not routed), for CorruptIndex of an operator that needs a
+// fixed count of routed entries, and returns "routingMap flat[i] = v (why)".
+std::string FlipRoutingMapEntry(HostTensor* map, std::mt19937_64& rng, const char* why);
 
 // expandedRowIdx, and expertIdx when `expert_idx` is not null, of the finalize operators for R = s.tokens
 // rows of K = s.topk pairs. kRouted: as MoeInitRoutingV2 makes them from a random top-k routing (drop-and-pad

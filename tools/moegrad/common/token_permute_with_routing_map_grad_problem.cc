@@ -76,20 +76,15 @@ class TokenPermuteWithRoutingMapGradProblem final : public OpProblem<TokenPermut
   bool CorruptIndex(std::mt19937_64& rng, std::string* what) override {
     if (!c_.drop_and_pad && c_.probs && rng() % 3 == 0) {
       // Dropless probs need exactly N routed entries: add or remove one.
-      const int64_t cells = map_.numel();
-      if (cells > 0) {
-        const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(cells));
-        const int64_t v = map_.GetI(i) != 0 ? 0 : 1;
-        map_.SetI(i, v);
-        *what = Format("routingMap flat[%lld] = %lld (routed count != N)", (long long)i, (long long)v);
+      if (map_.numel() > 0) {
+        *what = FlipRoutingMapEntry(&map_, rng, "routed count != N");
         return true;
       }
     }
     if (n_ == 0) return false;
     const int64_t p = static_cast<int64_t>(rng() % static_cast<uint64_t>(n_));
     const int64_t hi = c_.drop_and_pad ? c_.shape.tokens : n_;
-    const int64_t bad = rng() % 2 ? hi + static_cast<int64_t>(rng() % 3) : -1 - static_cast<int64_t>(rng() % 3);
-    *what = SetBadIndex(&sorted_, "sortedIndices", p, bad);
+    *what = SetBadIndex(&sorted_, "sortedIndices", p, OutsideRange(hi, rng));
     return true;
   }
 

@@ -103,17 +103,14 @@ class TokenUnpermuteWithRoutingMapGradProblem final : public OpProblem<TokenUnpe
   bool CorruptIndex(std::mt19937_64& rng, std::string* what) override {
     if (!c_.drop_and_pad && c_.probs && map_.numel() > 0 && rng() % 3 == 0) {
       // Dropless probs need exactly K routed entries per row: add or remove one.
-      const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(map_.numel()));
-      const int64_t v = map_.GetI(i) != 0 ? 0 : 1;
-      map_.SetI(i, v);
-      *what = Format("routingMap flat[%lld] = %lld (a row without K routed entries)", (long long)i, (long long)v);
+      *what = FlipRoutingMapEntry(&map_, rng, "a row without K routed entries");
       return true;
     }
     if (n_ == 0) return false;
     const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(n_));
     const bool token = c_.drop_and_pad && rng() % 2 == 0;
     const int64_t hi = token ? c_.shape.tokens : n_;
-    const int64_t bad = rng() % 2 ? hi + static_cast<int64_t>(rng() % 3) : -1 - static_cast<int64_t>(rng() % 3);
+    const int64_t bad = OutsideRange(hi, rng);
     *what = token ? SetBadIndex(&token_id_, "permuteTokenId", i, bad) : SetBadIndex(&out_index_, "outIndex", i, bad);
     return true;
   }

@@ -64,17 +64,13 @@ class TokenUnpermuteWithRoutingMapProblem final : public OpProblem<TokenUnpermut
   bool CorruptIndex(std::mt19937_64& rng, std::string* what) override {
     if (!c_.padded_mode && c_.probs && rng() % 3 == 0 && map_.numel() > 0) {
       // Dropless probs need exactly K routed entries per row: add or remove one.
-      const int64_t i = static_cast<int64_t>(rng() % static_cast<uint64_t>(map_.numel()));
-      const int64_t v = map_.GetI(i) != 0 ? 0 : 1;
-      map_.SetI(i, v);
-      *what = Format("routingMap flat[%lld] = %lld (routed count != K)", (long long)i, (long long)v);
+      *what = FlipRoutingMapEntry(&map_, rng, "routed count != K");
       return true;
     }
     if (n_ == 0) return false;
     const int64_t p = static_cast<int64_t>(rng() % static_cast<uint64_t>(n_));
     const int64_t hi = c_.padded_mode ? c_.shape.tokens : n_;
-    const int64_t bad = rng() % 2 ? hi + static_cast<int64_t>(rng() % 3) : -1 - static_cast<int64_t>(rng() % 3);
-    *what = SetBadIndex(&sorted_, "sortedIndices", p, bad);
+    *what = SetBadIndex(&sorted_, "sortedIndices", p, OutsideRange(hi, rng));
     return true;
   }
 
