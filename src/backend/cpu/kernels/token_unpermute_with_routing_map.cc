@@ -1,12 +1,15 @@
 // MoeTokenUnpermuteWithRoutingMap kernels, one copy per SIMD target.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/backend/cpu/kernels/token_unpermute_with_routing_map.cc"
+#include <algorithm>
+
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "src/backend/cpu/parallel.h"
 #include "src/backend/cpu/kernels/row_ops-inl.h"
 #include "src/backend/cpu/kernels/row_ops_gather_sum-inl.h"
 #include "src/backend/cpu/kernels/row_ops_stream-inl.h"
+#include "src/backend/cpu/kernels/row_ops_terms-inl.h"
 #include "src/backend/cpu/kernels/token_unpermute_with_routing_map.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -29,7 +32,7 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
         stream);
     return;
   }
-  for (int64_t t = begin; t < end; ++t) {
+  auto sum_rows_of = [&](int64_t t) {
     SumRowsOf<T>(
         count_of(t),
         [&](int64_t m, float* scale) {
@@ -38,6 +41,39 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
           return p.permuted.Row<const T>(row_of_q(q));
         },
         p.permuted.col_stride, p.unpermuted.Row<T>(t), p.unpermuted.col_stride, H);
+  };
+  if (p.permuted.col_stride != 1 || p.unpermuted.col_stride != 1) {
+    for (int64_t t = begin; t < end; ++t) sum_rows_of(t);
+    return;
+  }
+  // Unit-stride rows: a token of at most kGroup contributions is one SumTermsUnit (every term w * x, one fp32
+  // multiply, added left to right from the first: SumRowsOf's arithmetic), its rows read side by side and the
+  // next token's prefetched; its terms are collected a token ahead. More contributions: SumRowsOf.
+  Term<T> terms[2][kGroup];
+  int counts[2] = {0, 0};
+  auto collect = [&](int64_t t, Term<T>* out) -> int {
+    const int64_t c = count_of(t);
+    if (c > kGroup) return -1;
+    for (int64_t m = 0; m < c; ++m) {
+      const int64_t q = q_of(t, m);
+      out[m] = {p.permuted.Row<const T>(row_of_q(q)), 1, nullptr, 0, p.weights[q], true};
+    }
+    return static_cast<int>(c);
+  };
+  int cur = 0;
+  if (begin < end) counts[cur] = collect(begin, terms[cur]);
+  for (int64_t t = begin; t < end; ++t) {
+    counts[cur ^ 1] = t + 1 < end ? collect(t + 1, terms[cur ^ 1]) : 0;
+    const int next = std::max(counts[cur ^ 1], 0);
+    T* dst = p.unpermuted.Row<T>(t);
+    if (counts[cur] < 0) {
+      sum_rows_of(t);
+    } else if (CanStream<T>() && stream && StreamAligned(dst)) {
+      SumTermsUnit<T, CanStream<T>()>(terms[cur], counts[cur], terms[cur ^ 1], next, dst, H);
+    } else {
+      SumTermsUnit<T, false>(terms[cur], counts[cur], terms[cur ^ 1], next, dst, H);
+    }
+    cur ^= 1;
   }
 }
 

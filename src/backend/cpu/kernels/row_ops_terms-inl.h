@@ -1,0 +1,154 @@
+// Sums of weighted terms (x + b) * s, compiled once per SIMD target (include after foreach_target.h): an output
+// row as the sum, left to right from the first term, of up to kGroup terms read side by side (AddGroup over
+// tiles, or SumTermsUnit over a whole unit-stride row with the next row's terms prefetched and streaming
+// stores). MoeFinalizeRoutingV2's terms (expandedX rows plus bias, scaled) and MoeTokenUnpermuteWithRoutingMap's
+// (permuted rows times their probabilities).
+
+// Per-target include guard (Highway's toggle idiom).
+#if defined(MOEGRAD_KERNELS_ROW_OPS_TERMS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MOEGRAD_KERNELS_ROW_OPS_TERMS_INL_H_
+#undef MOEGRAD_KERNELS_ROW_OPS_TERMS_INL_H_
+#else
+#define MOEGRAD_KERNELS_ROW_OPS_TERMS_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "src/backend/cpu/kernels/row_ops-inl.h"
+#include "src/backend/cpu/kernels/row_ops_pair-inl.h"
+#include "src/backend/cpu/kernels/row_ops_stream-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace moegrad::kernels::HWY_NAMESPACE {
+
+// An output row is produced in tiles of kTile columns. Within a tile, up to kGroup terms are read side by side
+// (one vector of each per step, a handful of sequential streams the prefetcher follows); a row with more
+// terms carries its fp32 partial sums in `acc` from one group to the next. Neither size changes the order in
+// which an element's terms are added.
+constexpr int64_t kTile = 512;
+constexpr int kGroup = 16;
+
+// (x + b) * s with an absent x or b left out (not added as zero); x1 and x2 are unscaled terms.
+template <typename T>
+struct Term {
+  const T* x;
+  int64_t xs;
+  const T* b;
+  int64_t bs;
+  float s;
+  bool scaled;
+};
+
+template <typename T>
+HWY_INLINE VF TermVec(DF d, const Term<T>& t, int64_t j) {
+  VF v = (t.x && t.b) ? hn::Add(LoadF32(d, t.x + j), LoadF32(d, t.b + j)) : LoadF32(d, t.x ? t.x + j : t.b + j);
+  return t.scaled ? hn::Mul(v, hn::Set(d, t.s)) : v;
+}
+
+template <typename T>
+HWY_INLINE float TermAt(const Term<T>& t, int64_t j) {
+  float v = (t.x && t.b) ? ToF32(t.x[j * t.xs]) + ToF32(t.b[j * t.bs]) : ToF32(t.x ? t.x[j * t.xs] : t.b[j * t.bs]);
+  return t.scaled ? v * t.s : v;
+}
+
+// Columns [0, n) of one tile: acc-or-nothing (first) plus terms[0..count), stored to dst (last) or to acc.
+template <typename T>
+HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last, float* HWY_RESTRICT acc,
+                         T* dst, int64_t dst_stride, int64_t n, bool unit) {
+  int64_t j = 0;
+  if (unit) {
+    const DF d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    for (; j + lanes <= n; j += lanes) {
+      VF v;
+      int m = 0;
+      if (first) {
+        v = count > 0 ? TermVec(d, terms[m++], j) : hn::Zero(d);
+      } else {
+        v = hn::LoadU(d, acc + j);
+      }
+      for (; m < count; ++m) v = hn::Add(v, TermVec(d, terms[m], j));
+      if (last) StoreF32(d, v, dst + j);
+      else hn::StoreU(v, d, acc + j);
+    }
+  }
+  for (; j < n; ++j) {
+    float v;
+    int m = 0;
+    if (first) {
+      v = count > 0 ? TermAt(terms[m++], j) : 0.0f;
+    } else {
+      v = acc[j];
+    }
+    for (; m < count; ++m) v = v + TermAt(terms[m], j);
+    if (last) dst[j * dst_stride] = FromF32<T>(v);
+    else acc[j] = v;
+  }
+}
+
+// Two vectors of term t from column j (a cache line of 16-bit rows: converted as LoadPair does).
+template <typename T>
+HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
+  LoadPair(t.x ? t.x + j : t.b + j, v0, v1);
+  if (t.x && t.b) {
+    VF b0, b1;
+    LoadPair(t.b + j, &b0, &b1);
+    *v0 = hn::Add(*v0, b0);
+    *v1 = hn::Add(*v1, b1);
+  }
+  if (t.scaled) {
+    const VF s = hn::Set(DF(), t.s);
+    *v0 = hn::Mul(*v0, s);
+    *v1 = hn::Mul(*v1, s);
+  }
+}
+
+// A whole unit-stride row of n columns from at most kGroup terms (pointers at column 0), all terms read side
+// by side, two vectors per step, and stored once (streaming with kStream): the same additions per element,
+// in the same order, as AddGroup over the tiles.
+// Each term's row x (the rows from memory: expandedX, x1, x2; bias rows are left to the caches) is prefetched
+// kTermPrefetchBytes ahead of the loads, and near its end the same term's row of the next output row
+// (next[m].x, m < next_count).
+constexpr int64_t kTermPrefetchBytes = 1024;
+
+template <typename T, bool kStream>
+HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* next, int next_count,
+                               T* HWY_RESTRICT dst, int64_t n) {
+  const DF d;
+  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+  constexpr int64_t kAhead = kTermPrefetchBytes / static_cast<int64_t>(sizeof(T));
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  int64_t j = 0;
+  for (; j + 2 * kL <= n; j += 2 * kL) {
+    for (int64_t o = j + kAhead; o < j + kAhead + 2 * kL; o += kLine) {
+      for (int m = 0; m < count; ++m) {
+        if (terms[m].x != nullptr) PrefetchAhead(terms[m].x, m < next_count ? next[m].x : nullptr, o, n);
+      }
+    }
+    VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+    if (count > 0) TermPair(terms[0], j, &a0, &a1);
+    for (int m = 1; m < count; ++m) {
+      VF v0, v1;
+      TermPair(terms[m], j, &v0, &v1);
+      a0 = hn::Add(a0, v0);
+      a1 = hn::Add(a1, v1);
+    }
+    PutPair<kStream>(a0, a1, dst + j);
+  }
+  for (; j + kL <= n; j += kL) {
+    VF v = count > 0 ? TermVec(d, terms[0], j) : hn::Zero(d);
+    for (int m = 1; m < count; ++m) v = hn::Add(v, TermVec(d, terms[m], j));
+    StoreF32(d, v, dst + j);
+  }
+  for (; j < n; ++j) {
+    float v = count > 0 ? TermAt(terms[0], j) : 0.0f;
+    for (int m = 1; m < count; ++m) v = v + TermAt(terms[m], j);
+    dst[j] = FromF32<T>(v);
+  }
+}
+
+}  // namespace moegrad::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // MOEGRAD_KERNELS_ROW_OPS_TERMS_INL_H_
