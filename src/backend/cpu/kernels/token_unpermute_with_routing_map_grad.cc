@@ -68,6 +68,71 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
   }
 }
 
+// Tokens [t_begin, t_end) with probs when every row of permutedTokensGrad has exactly one pair (outIndex a
+// permutation, as the forward writes it) and every row is unit-stride: the same results as RowsWithProbs, token
+// by token. A token's pairs (dropless t*K .. t*K + K - 1, drop-and-pad its token_pairs list) go in groups of at
+// most kTokenGroup whose rows walk together (ScaleDotToken): unpermutedTokensGrad[t] is read once per group for
+// every pair's row r_i = outIndex[i], rne(v_i * g) and the dot x_r . g. Each group's rows are looked up one group
+// ahead, so the next group's rows are prefetched as this one ends.
+template <typename T>
+void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool stream) {
+  const int64_t H = p.hidden;
+  const int64_t end = H / TokenStep<T>() * TokenStep<T>();
+  auto first = [&p](int64_t t) { return p.drop_and_pad ? p.token_offsets[t] : t * p.topk; };
+  auto pair_at = [&p](int64_t s) { return p.drop_and_pad ? p.token_pairs[s] : s; };
+  struct Group {
+    int64_t t, s0, count;
+  };
+  // The group after slots [s0, s0 + count) of token t: the rest of t's slots, else the next token with pairs.
+  auto after = [&](Group g) {
+    int64_t t = g.t, s = g.s0 + g.count;
+    while (t < t_end && s >= first(t + 1)) {
+      ++t;
+      s = first(t);
+    }
+    return Group{t, s, t < t_end ? std::min<int64_t>(kTokenGroup, first(t + 1) - s) : 0};
+  };
+  auto look_up = [&](Group g, TokenPairRows<T>* q, int64_t* pairs) {
+    for (int64_t m = 0; m < g.count; ++m) {
+      const int64_t i = pair_at(g.s0 + m);
+      const int64_t r = p.out_index.At<const int32_t>(i);
+      pairs[m] = i;
+      q[m].out = p.permuted_tokens_grad.Row<T>(r);
+      q[m].x = p.permuted_tokens.Row<const T>(r);
+      q[m].s = WeightOf(p, i);
+    }
+  };
+  TokenPairRows<T> rows[2][kTokenGroup];
+  int64_t pairs[2][kTokenGroup];
+  HWY_ALIGN float part[kTokenGroup][16];
+  int cur = 0;
+  Group g = t_begin < t_end ? after(Group{t_begin, first(t_begin), 0}) : Group{t_end, 0, 0};
+  look_up(g, rows[cur], pairs[cur]);
+  for (; g.t < t_end; cur ^= 1) {
+    const Group next = after(g);
+    look_up(next, rows[cur ^ 1], pairs[cur ^ 1]);
+    const T* gr = p.grad.Row<const T>(g.t);
+    const T* g_next = next.count > 0 && next.t != g.t ? p.grad.Row<const T>(next.t) : nullptr;
+    TokenPairRows<T>* q = rows[cur];
+    bool aligned = true;
+    for (int64_t m = 0; m < g.count; ++m) {
+      q[m].x_next = m < next.count ? rows[cur ^ 1][m].x : nullptr;
+      aligned = aligned && StreamAligned(q[m].out);
+    }
+    constexpr bool kCan = CanStream<T>();
+    if (kCan && stream && aligned) ScaleDotToken<T, kCan, true>(gr, g_next, q, g.count, end, H, part);
+    else ScaleDotToken<T, false, true>(gr, g_next, q, g.count, end, H, part);
+    for (int64_t m = 0; m < g.count; ++m) {
+      ScaleDotRows<T> r;
+      r.g = gr;
+      r.out = q[m].out;
+      r.x = q[m].x;
+      p.dots[pairs[cur][m]] = ScaleRowDot<T>(r, q[m].s, stream, H, end, part[m]);
+    }
+    g = next;
+  }
+}
+
 // probsGrad rows [begin, end): entry (t, e) sums the d_i of the pairs with (t_i, e_i) == (t, e) in ascending i,
 // from the first, rounded once; +0 where there are none. Dropless: token t's pairs t*K .. t*K + K - 1 have
 // distinct experts. Drop-and-pad: token t's pair list is ordered by (e_i, i), so each entry's terms are adjacent.
@@ -106,8 +171,20 @@ void TokenUnpermuteWithRoutingMapGradTyped(const Task& p) {
   const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
   const int64_t moved = (N * (has_probs ? 3 : 2)) * row_bytes;
   const bool stream = StreamOutput(N * row_bytes, moved);
+  bool one_pair_rows = has_probs && p.grad.col_stride == 1 && p.permuted_tokens.col_stride == 1 &&
+                       p.permuted_tokens_grad.col_stride == 1;
+  for (int64_t r = 0; one_pair_rows && r < N; ++r) one_pair_rows = p.row_offsets[r] == r;
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t begin, end;
+    if (one_pair_rows) {
+      // A token costs its pairs' three rows (x in, out written, and the gradient row) and its own.
+      internal::BalanceByCost(
+          p.tokens, parts, part,
+          [&](int64_t t) { return 3 * (p.drop_and_pad ? p.token_offsets[t] : t * p.topk) + t; }, &begin, &end);
+      RowsWithProbsByToken<T>(p, begin, end, stream);
+      if (stream) hwy::FlushStream();
+      return;
+    }
     internal::BalanceByCost(N, parts, part, [&](int64_t r) { return p.row_offsets[r] + r; }, &begin, &end);
     if (has_probs) {
       RowsWithProbs<T>(p, begin, end, stream);
