@@ -48,7 +48,26 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
   }
   // Unit-stride rows: a token of at most kGroup contributions is one SumTermsUnit (every term w * x, one fp32
   // multiply, added left to right from the first: SumRowsOf's arithmetic), its rows read side by side and the
-  // next token's prefetched; its terms are collected a token ahead. More contributions: SumRowsOf.
+  // next token's prefetched; its terms are collected a token ahead. More contributions (the pad mode's padding
+  // tokens): tiles of kTile columns, kGroup rows at a time side by side into the tile's fp32 sums (AddGroup),
+  // the same additions in the same order.
+  auto sum_many = [&](int64_t t) {
+    const int64_t c = count_of(t);
+    T* dst = p.unpermuted.Row<T>(t);
+    HWY_ALIGN float acc[kTile];
+    Term<T> group[kGroup];
+    for (int64_t j0 = 0; j0 < H; j0 += kTile) {
+      const int64_t n = std::min(kTile, H - j0);
+      for (int64_t m0 = 0; m0 < c; m0 += kGroup) {
+        const int count = static_cast<int>(std::min<int64_t>(kGroup, c - m0));
+        for (int m = 0; m < count; ++m) {
+          const int64_t q = q_of(t, m0 + m);
+          group[m] = {p.permuted.Row<const T>(row_of_q(q)) + j0, 1, nullptr, 0, p.weights[q], true};
+        }
+        AddGroup<T>(group, count, m0 == 0, m0 + count == c, acc, dst + j0, 1, n, true);
+      }
+    }
+  };
   Term<T> terms[2][kGroup];
   int counts[2] = {0, 0};
   auto collect = [&](int64_t t, Term<T>* out) -> int {
@@ -67,7 +86,7 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
     const int next = std::max(counts[cur ^ 1], 0);
     T* dst = p.unpermuted.Row<T>(t);
     if (counts[cur] < 0) {
-      sum_rows_of(t);
+      sum_many(t);
     } else if (CanStream<T>() && stream && StreamAligned(dst)) {
       SumTermsUnit<T, CanStream<T>()>(terms[cur], counts[cur], terms[cur ^ 1], next, dst, H);
     } else {
