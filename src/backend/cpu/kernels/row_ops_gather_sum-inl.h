@@ -47,14 +47,14 @@ HWY_NOINLINE void SumRowPtrsUnit(int64_t count, const T* const* rows, int64_t ne
       for (int64_t o = 0; o < 2 * kL; o += kLine) PrefetchAhead(rows[m], next, j + kAhead + o, n);
     }
     VF a0, a1;
-    LoadPair(r0 + j, &a0, &a1);
+    LoadPairLanes(r0 + j, &a0, &a1);
     for (int64_t m = 1; m < count; ++m) {
       VF v0, v1;
-      LoadPair(rows[m] + j, &v0, &v1);
+      LoadPairLanes(rows[m] + j, &v0, &v1);
       a0 = hn::Add(a0, v0);
       a1 = hn::Add(a1, v1);
     }
-    PutPair<kStream>(a0, a1, dst + j);
+    PutPairLanes<kStream>(a0, a1, dst + j);
   }
   for (; j + kL <= n; j += kL) {
     VF acc = LoadF32(d, r0 + j);

@@ -151,6 +151,36 @@ HWY_INLINE void PutPair(VF v0, VF v1, hwy::float16_t* p) {
 #endif
 #endif
 
+// LoadPair and PutPair for element-wise work only (sums of rows, products with a scalar): the 2 * MaxLanes
+// elements may sit in the two vectors in any order, as long as PutPairLanes undoes LoadPairLanes. For bf16 on
+// AVX-512 that is even elements in one vector and odd in the other: a shift and a mask instead of two
+// cross-lane permutes in, an OR of two shifted halves instead of one out (the results are bit for bit those of
+// LoadPair / PutPair: each element sees the same arithmetic). Elsewhere they are LoadPair and PutPair.
+template <typename T>
+HWY_INLINE void LoadPairLanes(const T* p, VF* v0, VF* v1) {
+  LoadPair(p, v0, v1);
+}
+template <bool kStream, typename T>
+HWY_INLINE void PutPairLanes(VF v0, VF v1, T* p) {
+  PutPair<kStream>(v0, v1, p);
+}
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_INLINE void LoadPairLanes(const hwy::bfloat16_t* p, VF* even, VF* odd) {
+  const __m512i raw = _mm512_loadu_si512(p);
+  even->raw = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+  odd->raw = _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+template <bool kStream>
+HWY_INLINE void PutPairLanes(VF even, VF odd, hwy::bfloat16_t* p) {
+  // (odd & 0xFFFF0000) | (even >> 16): ternary-logic 0xEA is (A & B) | C with A = odd, B = the mask, C = even.
+  const __m512i packed = _mm512_ternarylogic_epi32(RoundToBF16High(odd.raw),
+                                                   _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)),
+                                                   _mm512_srli_epi32(RoundToBF16High(even.raw), 16), 0xEA);
+  if (kStream) _mm512_stream_si512(reinterpret_cast<__m512i*>(p), packed);
+  else _mm512_storeu_si512(reinterpret_cast<void*>(p), packed);
+}
+#endif
+
 }  // namespace moegrad::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

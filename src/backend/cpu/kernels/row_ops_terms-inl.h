@@ -87,13 +87,13 @@ HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last,
   }
 }
 
-// Two vectors of term t from column j (a cache line of 16-bit rows: converted as LoadPair does).
+// Two vectors of term t from column j (a cache line of 16-bit rows), in LoadPairLanes' element order.
 template <typename T>
 HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
-  LoadPair(t.x ? t.x + j : t.b + j, v0, v1);
+  LoadPairLanes(t.x ? t.x + j : t.b + j, v0, v1);
   if (t.x && t.b) {
     VF b0, b1;
-    LoadPair(t.b + j, &b0, &b1);
+    LoadPairLanes(t.b + j, &b0, &b1);
     *v0 = hn::Add(*v0, b0);
     *v1 = hn::Add(*v1, b1);
   }
@@ -134,7 +134,7 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
       a0 = hn::Add(a0, v0);
       a1 = hn::Add(a1, v1);
     }
-    PutPair<kStream>(a0, a1, dst + j);
+    PutPairLanes<kStream>(a0, a1, dst + j);
   }
   for (; j + kL <= n; j += kL) {
     VF v = count > 0 ? TermVec(d, terms[0], j) : hn::Zero(d);
