@@ -12,6 +12,7 @@ import math
 import operator
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
 
 from . import _C
 
@@ -34,6 +35,7 @@ _DTYPE_NAMES = {
 _DTYPE_CODES = {t: _C.DTYPES[name] for t, name in _DTYPE_NAMES.items()}
 _DTYPES = {code: t for t, code in _DTYPE_CODES.items()}
 _INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 # --- arguments ------------------------------------------------------------------------------------------------
@@ -64,7 +66,7 @@ def _tensor(key, name, t):
                          "tensors")
     if t.dtype not in _DTYPE_CODES:
         raise ValueError(f"{_op(key)}: {name} has dtype {t.dtype}, which moegrad does not know")
-    if t.is_neg() or t.is_conj():
+    if not _compiling() and (t.is_neg() or t.is_conj()):  # a traced graph has no lazy views to resolve
         raise ValueError(f"{_op(key)}: {name} is a lazily negated/conjugated view; call resolve_neg() first")
     return t
 
@@ -74,6 +76,9 @@ def _attr(key, name, value):
     boolean attribute a bool (or 0 / 1)."""
     flag = name in _C.INFO[key]["flags"]
     if flag and isinstance(value, bool):
+        return value
+    if _compiling() or isinstance(value, torch.SymInt):
+        # Traced (torch.compile): a size may be symbolic; the operator's fake kernel checks its example value.
         return value
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise TypeError(f"{_op(key)}: {name} must be {'a bool' if flag else 'an int'}, not {_type_name(value)}")
@@ -103,10 +108,40 @@ def _check(key, tensors, attrs, may_be_none=()):
             for n in attr_names if n in attrs}
 
 
+# A fake tensor (torch.compile, torch.library.opcheck, FakeTensorMode) has metadata and no memory: phase one's
+# output query reads only sizes and strides, so it gets this aligned stand-in address.
+_FAKE_DATA = 4096
+
+
+def _is_fake(t):
+    return isinstance(t, torch.Tensor) and (t.device.type == "meta" or isinstance(t, _FakeTensor))
+
+
+def _hint(v):
+    """A size or stride as an int: a symbolic one (torch.SymInt) by its example value, without a guard."""
+    if isinstance(v, torch.SymInt):
+        hint = v.node.hint
+        if hint is None:
+            raise ValueError(f"moegrad: a size without an example value ({v}) cannot be checked")
+        return int(hint)
+    return int(v)
+
+
+def _hints(values):
+    return None if values is None else [_hint(v) for v in values]
+
+
+def _symbolic(t):
+    return isinstance(t, torch.Tensor) and any(isinstance(v, torch.SymInt) for v in (*t.shape, *t.stride()))
+
+
 def _desc(key, name, t):
     """(data_ptr, dtype code, sizes, strides) of a checked tensor, for the extension; None stays None."""
     if _tensor(key, name, t) is None:
         return None
+    if _is_fake(t):
+        return (_FAKE_DATA, _DTYPE_CODES[t.dtype], tuple(_hint(v) for v in t.shape),
+                tuple(_hint(v) for v in t.stride()))
     return (t.data_ptr(), _DTYPE_CODES[t.dtype], tuple(t.shape), tuple(t.stride()))
 
 
@@ -124,32 +159,55 @@ def _empty(key, name, spec):
                           f"{_DTYPE_NAMES[dtype]} ({nbytes} bytes)") from None
 
 
-# --- the operators on plain tensors (the CPU kernels of torch.ops.moegrad.*) ----------------------------
+def _fake_outputs(key, specs, tensors, symbolic):
+    """The outputs of a call on fake tensors: empty fake tensors of the query's dtypes and sizes (in the inputs'
+    symbols where those are symbolic)."""
+    sizes = {n: spec[1] for n, spec in specs.items() if spec is not None}
+    if symbolic is not None and any(_symbolic(t) for t in tensors.values()):
+        exprs = symbolic()
+        for n, want in sizes.items():
+            got = tuple(_hint(v) for v in exprs[n])
+            if got != tuple(want):
+                raise RuntimeError(f"{_op(key)}: fake kernel: {n} would have sizes {got} but the library says "
+                                   f"{tuple(want)}")
+            sizes[n] = tuple(exprs[n])
+    return {n: (None if spec is None else torch.empty(sizes[n], dtype=_DTYPES[spec[0]]))
+            for n, spec in specs.items()}
+
+
+# --- the operators on plain tensors (the CPU kernels of torch.ops.moegrad.*, and on fake tensors their fake
+# kernels: _run answers those from the output query) ------------------------------------------------------
 
 def _int_array(key, name, value):
     """value as integer-array attribute `name` of operator `key`: None, or a list of int64 (a sequence of ints,
     e.g. a tuple or torch.Size)."""
     if value is None:
         return None
+    if _compiling():  # traced: sizes may be symbolic; the fake kernel checks their example values
+        return list(value)
     if isinstance(value, (str, bytes, torch.Tensor)) or not hasattr(value, "__iter__"):
         raise TypeError(f"{_op(key)}: {name} must be a sequence of ints or None, not {_type_name(value)}")
     values = []
     for v in value:
         if isinstance(v, bool) or not hasattr(type(v), "__index__"):
             raise TypeError(f"{_op(key)}: {name} must be a sequence of ints, not one holding {_type_name(v)}")
-        number = operator.index(v)
+        number = _hint(v) if isinstance(v, torch.SymInt) else operator.index(v)
         if not _INT64_MIN <= number <= _INT64_MAX:
             raise ValueError(f"{_op(key)}: {name} holds {number}, outside the int64 range [-2**63, 2**63)")
         values.append(number)
     return values
 
 
-def _run(key, tensors, attrs, arrays=None):
+def _run(key, tensors, attrs, arrays=None, symbolic=None):
     """Runs _C.<key> with `tensors` (inputs), `attrs` and `arrays` (integer arrays) by the names of the
     operator's description (_C.OPS[key], _C.INFO[key]["arrays"]: the library's OpInfo), absent tensors and
     arrays None: phase one's output query first (every rule; ValueError with the library's message), then the
     outputs it reports allocated, then the call. Returns {output name: tensor, or None where the call writes
-    none}."""
+    none}.
+
+    On fake tensors (the fake kernel of torch.ops.moegrad.*) nothing runs: the query alone gives the outputs,
+    with the same ValueError as a real call. Where an input's sizes are symbolic, `symbolic()` gives the
+    outputs' sizes in the inputs' symbols ({name: sizes}), checked against the query's on the example values."""
     tensor_names, attr_names = _C.OPS[key]
     array_names = _C.INFO[key]["arrays"]
     arrays = arrays or {}
@@ -159,10 +217,13 @@ def _run(key, tensors, attrs, arrays=None):
         raise TypeError(f"moegrad: {key}: unknown or missing argument {sorted(unknown)[0]}")
     inputs = _C.INFO[key]["inputs"]
     descs = [_desc(key, n, tensors.get(n)) if n in inputs else None for n in tensor_names]
-    values = [int(_attr(key, n, attrs[n])) for n in attr_names]
+    values = [_hint(_attr(key, n, attrs[n])) for n in attr_names]
     # The integer arrays are a third argument of the operators that take any.
-    lists = ([_int_array(key, n, arrays.get(n)) for n in array_names],) if array_names else ()
-    outputs = {n: _empty(key, n, spec) for n, spec in getattr(_C, key + "_outputs")(descs, values, *lists).items()}
+    lists = ([_hints(_int_array(key, n, arrays.get(n))) for n in array_names],) if array_names else ()
+    specs = getattr(_C, key + "_outputs")(descs, values, *lists)
+    if any(_is_fake(t) for t in tensors.values()):
+        return _fake_outputs(key, specs, tensors, symbolic)
+    outputs = {n: _empty(key, n, spec) for n, spec in specs.items()}
     descs = [_desc(key, n, outputs[n]) if n in outputs else d for n, d in zip(tensor_names, descs)]
     getattr(_C, key)(descs, values, *lists)
     return outputs
@@ -175,8 +236,17 @@ def _permute(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=
     if num_out_tokens is None:
         if drop_and_pad:
             raise ValueError(f"{_op(key)}: num_out_tokens is required with drop_and_pad")
+        if _is_fake(routing_map):
+            # Data-dependent: checked with no rows, then a size only the data will tell.
+            _run(key, tensors, dict(numOutTokens=0, dropAndPad=False))
+            n = torch.library.get_ctx().new_dynamic_size()
+            h = tokens.shape[1]
+            return (torch.empty((n, h), dtype=tokens.dtype), None if probs is None else
+                    torch.empty((n,), dtype=probs.dtype), torch.empty((n,), dtype=torch.int32))
         num_out_tokens = int(torch.count_nonzero(routing_map))  # dropless: every routed entry is an output row
-    out = _run(key, tensors, dict(numOutTokens=num_out_tokens, dropAndPad=drop_and_pad))
+    n, h = num_out_tokens, tokens.shape[1]
+    out = _run(key, tensors, dict(numOutTokens=num_out_tokens, dropAndPad=drop_and_pad),
+               symbolic=lambda: dict(permuteTokensOut=(n, h), permuteProbsOut=(n,), sortedIndicesOut=(n,)))
     return out["permuteTokensOut"], out["permuteProbsOut"], out["sortedIndicesOut"]
 
 
@@ -186,7 +256,9 @@ def _permute_grad(permuted_token_output_grad, sorted_indices, num_experts, token
                dict(permutedTokenOutputGrad=permuted_token_output_grad,
                     permutedProbsOutputGrad=permuted_probs_output_grad, sortedIndices=sorted_indices,
                     routingMap=routing_map),
-               dict(numExperts=num_experts, tokensNum=tokens_num, dropAndPad=drop_and_pad))
+               dict(numExperts=num_experts, tokensNum=tokens_num, dropAndPad=drop_and_pad),
+               symbolic=lambda: dict(tokensGradOut=(tokens_num, permuted_token_output_grad.shape[1]),
+                                     probsGradOut=(tokens_num, num_experts)))
     return out["tokensGradOut"], out["probsGradOut"]
 
 
@@ -195,7 +267,16 @@ def _finalize(expanded_x, expanded_row_idx, x1=None, x2=None, bias=None, scales=
     return _run("finalize_routing_v2",
                 dict(expandedX=expanded_x, expandedRowIdx=expanded_row_idx, x1=x1, x2=x2, bias=bias, scales=scales,
                      expertIdx=expert_idx),
-                dict(dropPadMode=drop_pad_mode))["out"]
+                dict(dropPadMode=drop_pad_mode), symbolic=lambda: dict(out=(_finalize_rows(
+                    expanded_row_idx, x1, x2, scales, expert_idx), expanded_x.shape[-1])))["out"]
+
+
+def _finalize_rows(expanded_row_idx, x1, x2, scales, expert_idx):
+    """MoeFinalizeRoutingV2's R: the rows of the first of scales, x1, x2, expert_idx given, else K = 1."""
+    for t in (scales, x1, x2, expert_idx):
+        if t is not None and t.dim() >= 1:
+            return t.shape[0]
+    return expanded_row_idx.shape[0]
 
 
 def _finalize_grad(grad_y, expanded_row_idx, expanded_x=None, scales=None, expert_idx=None, bias=None,
@@ -204,13 +285,22 @@ def _finalize_grad(grad_y, expanded_row_idx, expanded_x=None, scales=None, exper
                dict(gradY=grad_y, expandedRowIdx=expanded_row_idx, expandedX=expanded_x, scales=scales,
                     expertIdx=expert_idx, bias=bias),
                dict(dropPadMode=drop_pad_mode, activeNum=active_num, expertNum=expert_num,
-                    expertCapacity=expert_capacity))
+                    expertCapacity=expert_capacity), symbolic=lambda: _finalize_grad_sizes(
+                   grad_y, expanded_row_idx, scales, drop_pad_mode, active_num, expert_num, expert_capacity))
     return out["gradExpandedXOut"], out["gradScalesOut"]
+
+
+def _finalize_grad_sizes(grad_y, expanded_row_idx, scales, mode, active_num, expert_num, expert_capacity):
+    h, pairs = grad_y.shape[1], expanded_row_idx.shape[0]
+    rows = active_num if mode == 0 and 0 < active_num < pairs else pairs
+    x = (expert_num, expert_capacity, h) if mode == 1 else (rows, h)
+    return dict(gradExpandedXOut=x, gradScalesOut=tuple(scales.shape) if scales is not None else None)
 
 
 def _init_routing_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode=0, active_num=0):
     return _run("init_routing_v2_grad", dict(gradExpandedX=grad_expanded_x, expandedRowIdx=expanded_row_idx),
-                dict(topK=top_k, dropPadMode=drop_pad_mode, activeNum=active_num))["out"]
+                dict(topK=top_k, dropPadMode=drop_pad_mode, activeNum=active_num),
+                symbolic=lambda: dict(out=(expanded_row_idx.shape[0] // top_k, grad_expanded_x.shape[-1])))["out"]
 
 
 def _init_routing(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
@@ -218,17 +308,36 @@ def _init_routing(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, 
     out = _run("init_routing_v2", dict(x=x, expertIdx=expert_idx),
                dict(activeNum=active_num, expertCapacity=expert_capacity, expertNum=expert_num,
                     dropPadMode=drop_pad_mode, expertTokensCountOrCumsumFlag=expert_tokens_count_or_cumsum_flag,
-                    expertTokensBeforeCapacityFlag=expert_tokens_before_capacity_flag))
+                    expertTokensBeforeCapacityFlag=expert_tokens_before_capacity_flag),
+               symbolic=lambda: _init_routing_sizes(x, expert_idx, active_num, expert_capacity, expert_num,
+                                                    drop_pad_mode))
     return (out["expandedXOut"], out["expandedRowIdxOut"], out["expertTokensCountOrCumsumOut"],
             out["expertTokensBeforeCapacityOut"])
+
+
+def _init_routing_sizes(x, expert_idx, active_num, expert_capacity, expert_num, mode):
+    h, pairs = x.shape[1], x.shape[0] * expert_idx.shape[1]
+    rows = active_num if 0 < active_num < pairs else pairs
+    return dict(expandedXOut=(expert_num, expert_capacity, h) if mode == 1 else (rows, h),
+                expandedRowIdxOut=(pairs,), expertTokensCountOrCumsumOut=(expert_num,),
+                expertTokensBeforeCapacityOut=(expert_num,))
 
 
 def _unpermute(permuted_tokens, sorted_indices, routing_map=None, probs=None, padded_mode=False, restore_shape=None):
     out = _run("token_unpermute_with_routing_map",
                dict(permutedTokens=permuted_tokens, sortedIndices=sorted_indices, routingMapOptional=routing_map,
                     probsOptional=probs),
-               dict(paddedMode=padded_mode), dict(restoreShapeOptional=restore_shape))
+               dict(paddedMode=padded_mode), dict(restoreShapeOptional=restore_shape),
+               symbolic=lambda: _unpermute_sizes(permuted_tokens, sorted_indices, routing_map, probs, restore_shape))
     return out["unpermutedTokens"], out["outIndex"], out["permuteTokenId"], out["permuteProbs"]
+
+
+def _unpermute_sizes(permuted_tokens, sorted_indices, routing_map, probs, restore_shape):
+    t_from = probs if probs is not None else routing_map
+    tokens = t_from.shape[0] if t_from is not None else restore_shape[0]
+    n = sorted_indices.shape[0]
+    return dict(unpermutedTokens=(tokens, permuted_tokens.shape[1]), outIndex=(n,), permuteTokenId=(n,),
+                permuteProbs=(n,))
 
 
 def _unpermute_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None, permuted_tokens=None,
@@ -236,7 +345,11 @@ def _unpermute_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing
     out = _run("token_unpermute_with_routing_map_grad",
                dict(unpermutedTokensGrad=unpermuted_tokens_grad, outIndex=out_index, permuteTokenId=permute_token_id,
                     routingMapOptional=routing_map, permutedTokensOptional=permuted_tokens, probsOptional=probs),
-               dict(dropAndPad=drop_and_pad), dict(restoreShapeOptional=restore_shape))
+               dict(dropAndPad=drop_and_pad), dict(restoreShapeOptional=restore_shape),
+               symbolic=lambda: dict(
+                   permutedTokensGradOut=(out_index.shape[0], unpermuted_tokens_grad.shape[1]),
+                   probsGradOutOptional=(unpermuted_tokens_grad.shape[0], probs.shape[1]) if probs is not None
+                   else None))
     return out["permutedTokensGradOut"], out["probsGradOutOptional"]
 
 
@@ -270,12 +383,21 @@ def _double_backward_message(key, function):
 
 
 # --- autograd ---------------------------------------------------------------------------------------------
+# The autograd kernels call the operators below the autograd key (the CPU kernel on real tensors, the fake one
+# under torch.compile's tracing), so that they trace as the operators themselves.
+
+def _below(name, *args):
+    if _LIBRARY is None:  # torch.ops.moegrad could not be registered: straight to the Python kernel
+        return _KERNELS[name][0](*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return getattr(torch.ops.moegrad, name)(*args)
+
 
 class _PermuteFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tokens, routing_map, probs, num_out_tokens, drop_and_pad):
-        permuted, permuted_probs, sorted_indices = _permute(tokens, routing_map, probs, num_out_tokens,
-                                                            drop_and_pad)
+        permuted, permuted_probs, sorted_indices = _below("moe_token_permute_with_routing_map", tokens, routing_map,
+                                                          probs, num_out_tokens, drop_and_pad)
         ctx.mark_non_differentiable(sorted_indices)
         ctx.save_for_backward(sorted_indices, routing_map if probs is not None else None)
         ctx.shape = (tokens.shape[0], routing_map.shape[1], tokens.shape[1])
@@ -296,8 +418,8 @@ class _PermuteFunction(torch.autograd.Function):
                 tokens_grad = torch.zeros((tokens_num, hidden), dtype=tokens_dtype)
                 probs_grad = torch.zeros((tokens_num, num_experts), dtype=probs_dtype) if want_probs else None
             else:
-                tokens_grad, probs_grad = _permute_grad(
-                    grad_permuted, sorted_indices, num_experts, tokens_num, ctx.drop_and_pad,
+                tokens_grad, probs_grad = _below(
+                    "moe_token_permute_with_routing_map_grad", grad_permuted, sorted_indices, num_experts, tokens_num, ctx.drop_and_pad,
                     grad_permuted_probs if want_probs else None, routing_map if want_probs else None)
         tokens_grad, probs_grad = _not_differentiable(
             _double_backward_message("token_permute_with_routing_map_grad", "moe_token_permute_with_routing_map"),
@@ -308,7 +430,8 @@ class _PermuteFunction(torch.autograd.Function):
 class _FinalizeFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx, drop_pad_mode):
-        out = _finalize(expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx, drop_pad_mode)
+        out = _below("moe_finalize_routing_v2", expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx,
+                     drop_pad_mode)
         ctx.save_for_backward(expanded_x, expanded_row_idx, bias, scales, expert_idx)
         ctx.drop_pad_mode = int(drop_pad_mode)
         return out
@@ -344,8 +467,8 @@ def _finalize_backward(grad_y, expanded_x, idx, bias, scales, expert_idx, mode, 
         if rows == 0 or (drop_pad and experts * capacity == 0):
             grad_x, grad_scales = _finalize_grad_without_rows(grad_y, expanded_x, bias, scales, expert_idx)
         else:
-            grad_x, grad_scales = _finalize_grad(
-                grad_y, idx, expanded_x, scales, expert_idx if scales is not None else None,
+            grad_x, grad_scales = _below(
+                "moe_finalize_routing_v2_grad", grad_y, idx, expanded_x, scales, expert_idx if scales is not None else None,
                 bias if scales is not None else None, 1 if drop_pad else 0, 0, experts, capacity)
     if need_bias:
         # Not an operator output: grad_bias[e] = sum over pairs with expert e of s * gradY[r], in fp32.
@@ -383,8 +506,8 @@ def _grad_op_outputs_message(key, function):
 
 def _finalize_grad_autograd(grad_y, expanded_row_idx, expanded_x=None, scales=None, expert_idx=None, bias=None,
                             drop_pad_mode=0, active_num=0, expert_num=0, expert_capacity=0):
-    results = _finalize_grad(grad_y, expanded_row_idx, expanded_x, scales, expert_idx, bias, drop_pad_mode,
-                             active_num, expert_num, expert_capacity)
+    results = _below("moe_finalize_routing_v2_grad", grad_y, expanded_row_idx, expanded_x, scales, expert_idx, bias,
+                     drop_pad_mode, active_num, expert_num, expert_capacity)
     return _not_differentiable(_grad_op_outputs_message("finalize_routing_v2_grad", "moe_finalize_routing_v2_grad"),
                                results, (grad_y, expanded_x, scales, bias))
 
@@ -392,8 +515,8 @@ def _finalize_grad_autograd(grad_y, expanded_row_idx, expanded_x=None, scales=No
 class _InitRoutingFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode, flag, before_flag):
-        expanded_x, row_idx, counts, before = _init_routing(x, expert_idx, active_num, expert_capacity, expert_num,
-                                                            drop_pad_mode, flag, before_flag)
+        expanded_x, row_idx, counts, before = _below("moe_init_routing_v2", x, expert_idx, active_num,
+                                                     expert_capacity, expert_num, drop_pad_mode, flag, before_flag)
         ctx.mark_non_differentiable(*[t for t in (row_idx, counts, before) if t is not None])
         ctx.save_for_backward(row_idx)
         ctx.shape = (x.shape[0], expert_idx.shape[1], x.shape[1])
@@ -410,7 +533,7 @@ class _InitRoutingFunction(torch.autograd.Function):
             if grad_expanded_x is None or topk == 0:  # no row of x was copied (K = 0): the gradient is 0
                 grad_x = torch.zeros((tokens, hidden), dtype=ctx.dtype)
             else:
-                grad_x = _init_routing_grad(grad_expanded_x, row_idx, topk, mode, active_num)
+                grad_x = _below("moe_init_routing_v2_grad", grad_expanded_x, row_idx, topk, mode, active_num)
         (grad_x,) = _not_differentiable(_double_backward_message("init_routing_v2_grad", "moe_init_routing_v2"),
                                         (grad_x,), (grad_expanded_x,))
         return grad_x, None, None, None, None, None, None, None
@@ -424,15 +547,15 @@ def _init_routing_autograd(x, expert_idx, active_num=0, expert_capacity=0, exper
 
 def _permute_grad_autograd(permuted_token_output_grad, sorted_indices, num_experts, tokens_num, drop_and_pad=False,
                            permuted_probs_output_grad=None, routing_map=None):
-    results = _permute_grad(permuted_token_output_grad, sorted_indices, num_experts, tokens_num, drop_and_pad,
-                            permuted_probs_output_grad, routing_map)
+    results = _below("moe_token_permute_with_routing_map_grad", permuted_token_output_grad, sorted_indices,
+                     num_experts, tokens_num, drop_and_pad, permuted_probs_output_grad, routing_map)
     return _not_differentiable(
         _grad_op_outputs_message("token_permute_with_routing_map_grad", "moe_token_permute_with_routing_map_grad"),
         results, (permuted_token_output_grad, permuted_probs_output_grad))
 
 
 def _init_routing_grad_autograd(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode=0, active_num=0):
-    out = _init_routing_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode, active_num)
+    out = _below("moe_init_routing_v2_grad", grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode, active_num)
     return _not_differentiable(_grad_op_outputs_message("init_routing_v2_grad", "moe_init_routing_v2_grad"), (out,),
                                (grad_expanded_x,))[0]
 
@@ -440,8 +563,9 @@ def _init_routing_grad_autograd(grad_expanded_x, expanded_row_idx, top_k, drop_p
 class _UnpermuteFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, permuted_tokens, sorted_indices, routing_map, probs, padded_mode, restore_shape):
-        out, out_index, token_id, permute_probs = _unpermute(permuted_tokens, sorted_indices, routing_map, probs,
-                                                             padded_mode, restore_shape)
+        out, out_index, token_id, permute_probs = _below("moe_token_unpermute_with_routing_map", permuted_tokens,
+                                                         sorted_indices, routing_map, probs, padded_mode,
+                                                         restore_shape)
         ctx.mark_non_differentiable(*[t for t in (out_index, token_id, permute_probs) if t is not None])
         ctx.has_probs = probs is not None
         ctx.save_for_backward(out_index, token_id, routing_map, permuted_tokens if ctx.has_probs else None, probs)
@@ -456,8 +580,8 @@ class _UnpermuteFunction(torch.autograd.Function):
         with torch.no_grad():
             if want_probs and routing_map is None:  # pad mode: the map is shape-checked, never read
                 routing_map = torch.zeros(probs.shape, dtype=torch.bool)
-            tokens_grad, probs_grad = _unpermute_grad(
-                grad_out, out_index, token_id, routing_map if want_probs else None,
+            tokens_grad, probs_grad = _below(
+                "moe_token_unpermute_with_routing_map_grad", grad_out, out_index, token_id, routing_map if want_probs else None,
                 permuted_tokens if want_probs else None, probs if want_probs else None, ctx.padded_mode,
                 ctx.restore_shape)
         tokens_grad, probs_grad = _not_differentiable(
@@ -473,8 +597,8 @@ def _unpermute_autograd(permuted_tokens, sorted_indices, routing_map=None, probs
 
 def _unpermute_grad_autograd(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
                              permuted_tokens=None, probs=None, drop_and_pad=False, restore_shape=None):
-    results = _unpermute_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map, permuted_tokens,
-                              probs, drop_and_pad, restore_shape)
+    results = _below("moe_token_unpermute_with_routing_map_grad", unpermuted_tokens_grad, out_index,
+                     permute_token_id, routing_map, permuted_tokens, probs, drop_and_pad, restore_shape)
     return _not_differentiable(
         _grad_op_outputs_message("token_unpermute_with_routing_map_grad", "moe_token_unpermute_with_routing_map_grad"),
         results, (unpermuted_tokens_grad, permuted_tokens, probs))
@@ -484,32 +608,32 @@ def _unpermute_grad_autograd(unpermuted_tokens_grad, out_index, permute_token_id
 
 _SCHEMAS = {
     "moe_token_permute_with_routing_map":
-        "(Tensor tokens, Tensor routing_map, Tensor? probs=None, int? num_out_tokens=None, "
+        "(Tensor tokens, Tensor routing_map, Tensor? probs=None, SymInt? num_out_tokens=None, "
         "bool drop_and_pad=False) -> (Tensor, Tensor?, Tensor)",
     "moe_finalize_routing_v2":
         "(Tensor expanded_x, Tensor expanded_row_idx, Tensor? x1=None, Tensor? x2=None, Tensor? bias=None, "
         "Tensor? scales=None, Tensor? expert_idx=None, int drop_pad_mode=0) -> Tensor",
     "moe_finalize_routing_v2_grad":
         "(Tensor grad_y, Tensor expanded_row_idx, Tensor? expanded_x=None, Tensor? scales=None, "
-        "Tensor? expert_idx=None, Tensor? bias=None, int drop_pad_mode=0, int active_num=0, int expert_num=0, "
-        "int expert_capacity=0) -> (Tensor, Tensor?)",
+        "Tensor? expert_idx=None, Tensor? bias=None, int drop_pad_mode=0, SymInt active_num=0, SymInt expert_num=0, "
+        "SymInt expert_capacity=0) -> (Tensor, Tensor?)",
     "moe_token_permute_with_routing_map_grad":
-        "(Tensor permuted_token_output_grad, Tensor sorted_indices, int num_experts, int tokens_num, "
+        "(Tensor permuted_token_output_grad, Tensor sorted_indices, SymInt num_experts, SymInt tokens_num, "
         "bool drop_and_pad=False, Tensor? permuted_probs_output_grad=None, Tensor? routing_map=None) "
         "-> (Tensor, Tensor?)",
     "moe_init_routing_v2_grad":
-        "(Tensor grad_expanded_x, Tensor expanded_row_idx, int top_k, int drop_pad_mode=0, int active_num=0) "
+        "(Tensor grad_expanded_x, Tensor expanded_row_idx, SymInt top_k, int drop_pad_mode=0, SymInt active_num=0) "
         "-> Tensor",
     "moe_init_routing_v2":
-        "(Tensor x, Tensor expert_idx, int active_num=0, int expert_capacity=0, int expert_num=0, "
+        "(Tensor x, Tensor expert_idx, SymInt active_num=0, SymInt expert_capacity=0, SymInt expert_num=0, "
         "int drop_pad_mode=0, int expert_tokens_count_or_cumsum_flag=0, bool expert_tokens_before_capacity_flag=False) "
         "-> (Tensor, Tensor, Tensor?, Tensor?)",
     "moe_token_unpermute_with_routing_map":
         "(Tensor permuted_tokens, Tensor sorted_indices, Tensor? routing_map=None, Tensor? probs=None, "
-        "bool padded_mode=False, int[]? restore_shape=None) -> (Tensor, Tensor, Tensor, Tensor?)",
+        "bool padded_mode=False, SymInt[]? restore_shape=None) -> (Tensor, Tensor, Tensor, Tensor?)",
     "moe_token_unpermute_with_routing_map_grad":
         "(Tensor unpermuted_tokens_grad, Tensor out_index, Tensor permute_token_id, Tensor? routing_map=None, "
-        "Tensor? permuted_tokens=None, Tensor? probs=None, bool drop_and_pad=False, int[]? restore_shape=None) "
+        "Tensor? permuted_tokens=None, Tensor? probs=None, bool drop_and_pad=False, SymInt[]? restore_shape=None) "
         "-> (Tensor, Tensor?)",
 }
 # name -> (CPU kernel, Autograd kernel)
@@ -534,6 +658,8 @@ def _register():
             cpu, autograd = _KERNELS[name]
             lib.impl(name, cpu, "CPU")
             lib.impl(name, autograd, "Autograd")
+            # The CPU kernels answer fake tensors from the output query alone (_run): they are the fake kernels.
+            torch.library.register_fake("moegrad::" + name, cpu, lib=lib)
         return lib, None
     except (RuntimeError, AttributeError, ValueError) as e:  # e.g. the namespace is taken already
         return None, e

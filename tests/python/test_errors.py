@@ -489,3 +489,21 @@ def test_torch_ops_called_directly_run_the_query():
     with pytest.raises(ValueError, match=r"^MoeTokenPermuteWithRoutingMapGrad: permutedTokenOutputGrad has 8 rows"):
         torch.ops.moegrad.moe_token_permute_with_routing_map_grad(torch.randn(8, 3), torch.randperm(8).int(), 2,
                                                                   2**40)
+
+
+def test_misaligned_tensor_is_rejected():
+    """A tensor whose data pointer is off its element size (frombuffer at a byte offset): the library's
+    message, through the public function and torch.ops alike."""
+    buf = bytearray(4 * 32 + 2)
+    tokens = torch.frombuffer(buf, dtype=torch.float32, offset=2, count=32).view(4, 8)
+    assert tokens.data_ptr() % 4 != 0
+    rmap = torch.zeros(4, 3, dtype=torch.bool)
+    rmap[:, :2] = True
+    want = ("MoeTokenPermuteWithRoutingMap: tokens has dtype FLOAT32 but its data pointer is not aligned to its "
+            "4-byte elements")
+    with pytest.raises(ValueError) as e:
+        mt.moe_token_permute_with_routing_map(tokens, rmap, num_out_tokens=8)
+    assert str(e.value) == want
+    with pytest.raises(ValueError) as e:
+        torch.ops.moegrad.moe_token_permute_with_routing_map(tokens, rmap, None, 8, False)
+    assert str(e.value) == want
