@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """moegrad against the PyTorch eager alternative, on the same shapes, in one run.
 
 The PyTorch side is what a training framework runs without fused routing kernels:
@@ -25,7 +25,7 @@ Both sides run each row in its dtypes: bf16+f32 is bf16 tokens with fp32 routing
 their gradients), so the PyTorch side multiplies bf16 rows by fp32 weights (type promotion: fp32 products) and
 rounds the combined output to bf16, as Megatron's unpermute does with fp32 probabilities.
 
-  /usr/bin/python3 bench/compare_torch.py [--preset deepseek-v3] [--tokens N] [--dtype bf16|f16|f32|bf16+f32|all]
+  PYTHONPATH=build/python .venv/bin/python bench/compare_torch.py [--preset deepseek-v3] [--tokens N] [--dtype bf16|f16|f32|bf16+f32|all]
                                           [--op NAME] [--moegrad build/tools/moegrad] [--json out.json]
 """
 import argparse

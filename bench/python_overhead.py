@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Per-call cost of moegrad.torch at decode sizes, against the C++ API and PyTorch eager in the same run.
+
+For T = 1 and 16 tokens of DeepSeek-V3's layer (H 7168, E 256, K 8), bf16 tokens with fp32 probabilities,
+dropless: the median time of one call of the routing-map dispatch and combine and their gradients through
+moegrad.torch (argument checks, the output query, allocation, the call), the same call through the C++ API
+(`moegrad bench --tokens T`, which times plan + run on preallocated outputs), and Megatron-style PyTorch eager
+code for the forwards (bench/compare_torch.py's permute and unpermute). The difference between the first two
+is what the Python layer adds.
+
+    PYTHONPATH=build/python .venv/bin/python bench/python_overhead.py [--moegrad build/tools/moegrad]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_torch as ct  # noqa: E402  (Megatron-style references and the timer)
+import moegrad.torch as mt  # noqa: E402
+
+H, E, K = 7168, 256, 8
+OPS = ["token-permute-with-routing-map", "token-permute-with-routing-map-grad", "token-unpermute-with-routing-map",
+       "token-unpermute-with-routing-map-grad"]
+
+
+def cpp_seconds(tool, tokens):
+    """{op key: median seconds} of the C++ API's dropless probs bf16+f32 rows at T = tokens."""
+    out = {}
+    for op in OPS:
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            subprocess.run([tool, "bench", "--preset", "deepseek-v3", "--tokens", str(tokens), "--dtype", "bf16+f32",
+                            "--op", op, "--json", f.name], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            rows = json.load(open(f.name))["rows"]
+        out[op] = next(r["median_s"] for r in rows if r["mode"] == "dropless probs")
+    return out
+
+
+def python_calls(tokens, gen):
+    """{op key: (moegrad.torch call, Megatron-style eager call or None)}."""
+    _, rmap = ct.random_routing(tokens, E, K, gen)
+    x = torch.rand(tokens, H, generator=gen).to(torch.bfloat16)
+    probs = torch.rand(tokens, E, generator=gen)
+    n = tokens * K
+    permuted, pprobs, idx = mt.moe_token_permute_with_routing_map(x, rmap, probs, num_out_tokens=n)
+    g_perm, g_probs = torch.rand_like(permuted.float()).to(permuted.dtype), torch.rand_like(pprobs)
+    out, out_index, token_id, _ = mt.moe_token_unpermute_with_routing_map(permuted, idx, rmap, probs,
+                                                                         restore_shape=[tokens, H])
+    g_out = torch.rand_like(out.float()).to(out.dtype)
+    sorted_tokens = torch.arange(tokens).unsqueeze(0).expand(E, -1).masked_select(rmap.T.contiguous())
+    expert_of_row = torch.arange(E).repeat_interleave(rmap.sum(0))
+    with torch.no_grad():
+        return {
+            "token-permute-with-routing-map": (
+                lambda: mt.moe_token_permute_with_routing_map(x, rmap, probs, num_out_tokens=n),
+                lambda: ct.permute(x, rmap, probs, n, False)),
+            "token-permute-with-routing-map-grad": (
+                lambda: mt.moe_token_permute_with_routing_map_grad(g_perm, idx, E, tokens, False, g_probs, rmap),
+                None),
+            "token-unpermute-with-routing-map": (
+                lambda: mt.moe_token_unpermute_with_routing_map(permuted, idx, rmap, probs, restore_shape=[tokens, H]),
+                lambda: ct.unpermute(permuted, sorted_tokens, probs, expert_of_row, tokens)),
+            "token-unpermute-with-routing-map-grad": (
+                lambda: mt.moe_token_unpermute_with_routing_map_grad(g_out, out_index, token_id, rmap, permuted,
+                                                                     probs, False, [tokens, H]),
+                None),
+        }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parser.add_argument("--moegrad", default=os.path.join(here, "build", "tools", "moegrad"))
+    args = parser.parse_args()
+    gen = torch.Generator().manual_seed(0)
+    print(f"torch {torch.__version__}, moegrad {mt._C.version()} {mt._C.simd_target()}, "
+          f"{mt._C.num_threads()} threads; DeepSeek-V3 H={H} E={E} K={K}, bf16 tokens, fp32 probs, dropless")
+    print(f"{'op':40} {'T':>3} {'C++ API':>10} {'moegrad.torch':>14} {'Python adds':>12} {'torch eager':>12}")
+    for tokens in (1, 16):
+        cpp = cpp_seconds(args.moegrad, tokens)
+        with torch.no_grad():
+            for op, (ours, eager) in python_calls(tokens, gen).items():
+                t = ct.median_seconds(ours, warmup=20, min_runs=200, max_runs=2000, budget=1.0)
+                e = ct.median_seconds(eager, warmup=20, min_runs=200, max_runs=2000, budget=1.0) if eager else None
+                print(f"{op:40} {tokens:>3} {cpp[op] * 1e6:>8.1f}us {t * 1e6:>12.1f}us {(t - cpp[op]) * 1e6:>10.1f}us "
+                      f"{(f'{e * 1e6:.1f}us') if e else '-':>12}")
+
+
+if __name__ == "__main__":
+    main()
