@@ -106,19 +106,23 @@ HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
 
 // A whole unit-stride row of n columns from at most kGroup terms (pointers at column 0), all terms read side
 // by side, two vectors per step, and stored once (streaming with kStream): the same additions per element,
-// in the same order, as AddGroup over the tiles.
+// in the same order, as AddGroup over the tiles. A row of more terms goes in groups through an fp32 row `acc`
+// of n floats: the first group with kAccOut (its sums to acc), the middle ones with kAccIn and kAccOut, the last
+// with kAccIn (acc plus its terms, to dst); acc holds the sums in the walk's own element order, which only
+// these calls read.
 // Each term's row x (the rows from memory: expandedX, x1, x2; bias rows are left to the caches) is prefetched
 // kTermPrefetchBytes ahead of the loads, and near its end the same term's row of the next output row
 // (next[m].x, m < next_count).
 constexpr int64_t kTermPrefetchBytes = 1024;
 
-template <typename T, bool kStream>
+template <typename T, bool kStream, bool kAccIn = false, bool kAccOut = false>
 HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* next, int next_count,
-                               T* HWY_RESTRICT dst, int64_t n) {
+                               T* HWY_RESTRICT dst, int64_t n, float* HWY_RESTRICT acc = nullptr) {
   const DF d;
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
   constexpr int64_t kAhead = kTermPrefetchBytes / static_cast<int64_t>(sizeof(T));
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  constexpr int kFirst = kAccIn ? 0 : 1;  // the first term added to the running sums
   int64_t j = 0;
   for (; j + 2 * kL <= n; j += 2 * kL) {
     for (int64_t o = j + kAhead; o < j + kAhead + 2 * kL; o += kLine) {
@@ -127,24 +131,36 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
       }
     }
     VF a0 = hn::Zero(d), a1 = hn::Zero(d);
-    if (count > 0) TermPair(terms[0], j, &a0, &a1);
-    for (int m = 1; m < count; ++m) {
+    if (kAccIn) {
+      a0 = hn::LoadU(d, acc + j);
+      a1 = hn::LoadU(d, acc + j + kL);
+    } else if (count > 0) {
+      TermPair(terms[0], j, &a0, &a1);
+    }
+    for (int m = kFirst; m < count; ++m) {
       VF v0, v1;
       TermPair(terms[m], j, &v0, &v1);
       a0 = hn::Add(a0, v0);
       a1 = hn::Add(a1, v1);
     }
-    PutPairLanes<kStream>(a0, a1, dst + j);
+    if (kAccOut) {
+      hn::StoreU(a0, d, acc + j);
+      hn::StoreU(a1, d, acc + j + kL);
+    } else {
+      PutPairLanes<kStream>(a0, a1, dst + j);
+    }
   }
   for (; j + kL <= n; j += kL) {
-    VF v = count > 0 ? TermVec(d, terms[0], j) : hn::Zero(d);
-    for (int m = 1; m < count; ++m) v = hn::Add(v, TermVec(d, terms[m], j));
-    StoreF32(d, v, dst + j);
+    VF v = kAccIn ? hn::LoadU(d, acc + j) : count > 0 ? TermVec(d, terms[0], j) : hn::Zero(d);
+    for (int m = kFirst; m < count; ++m) v = hn::Add(v, TermVec(d, terms[m], j));
+    if (kAccOut) hn::StoreU(v, d, acc + j);
+    else StoreF32(d, v, dst + j);
   }
   for (; j < n; ++j) {
-    float v = count > 0 ? TermAt(terms[0], j) : 0.0f;
-    for (int m = 1; m < count; ++m) v = v + TermAt(terms[m], j);
-    dst[j] = FromF32<T>(v);
+    float v = kAccIn ? acc[j] : count > 0 ? TermAt(terms[0], j) : 0.0f;
+    for (int m = kFirst; m < count; ++m) v = v + TermAt(terms[m], j);
+    if (kAccOut) acc[j] = v;
+    else dst[j] = FromF32<T>(v);
   }
 }
 

@@ -49,9 +49,11 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
   // Unit-stride rows: a token of at most kGroup contributions is one SumTermsUnit (every term w * x, one fp32
   // multiply, added left to right from the first: SumRowsOf's arithmetic), its rows read side by side and the
   // next token's prefetched; its terms are collected a token ahead. More contributions (the pad mode's padding
-  // tokens): tiles of kTile columns, kGroup rows at a time side by side into the tile's fp32 sums (AddGroup),
-  // the same additions in the same order.
-  auto sum_many = [&](int64_t t) {
+  // tokens, which collect the slack of every under-filled expert): groups of kGroup whole rows through an fp32
+  // row on the stack (up to kAccColumns columns), else tiles of kTile columns, kGroup rows at a time into the
+  // tile's fp32 sums (AddGroup). The same additions in the same order either way.
+  constexpr int64_t kAccColumns = 16384;
+  auto sum_tiles = [&](int64_t t) {
     const int64_t c = count_of(t);
     T* dst = p.unpermuted.Row<T>(t);
     HWY_ALIGN float acc[kTile];
@@ -65,6 +67,36 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
           group[m] = {p.permuted.Row<const T>(row_of_q(q)) + j0, 1, nullptr, 0, p.weights[q], true};
         }
         AddGroup<T>(group, count, m0 == 0, m0 + count == c, acc, dst + j0, 1, n, true);
+      }
+    }
+  };
+  auto term_of = [&](int64_t q) -> Term<T> {
+    return {p.permuted.Row<const T>(row_of_q(q)), 1, nullptr, 0, p.weights[q], true};
+  };
+  // A token of more than kGroup contributions, whole rows; next / next_count: the next token's first terms.
+  auto sum_many = [&](int64_t t, const Term<T>* next, int next_count) {
+    if (H > kAccColumns) return sum_tiles(t);
+    const int64_t c = count_of(t);
+    T* dst = p.unpermuted.Row<T>(t);
+    HWY_ALIGN float acc[kAccColumns];
+    Term<T> group[2][kGroup];
+    int cur = 0;
+    for (int m = 0; m < kGroup; ++m) group[cur][m] = term_of(q_of(t, m));
+    for (int64_t m0 = 0; m0 < c; m0 += kGroup, cur ^= 1) {
+      const int count = static_cast<int>(std::min<int64_t>(kGroup, c - m0));
+      const int64_t m1 = m0 + kGroup;  // the next group
+      const int following = static_cast<int>(std::min<int64_t>(kGroup, std::max<int64_t>(0, c - m1)));
+      for (int m = 0; m < following; ++m) group[cur ^ 1][m] = term_of(q_of(t, m1 + m));
+      const Term<T>* ahead = following > 0 ? group[cur ^ 1] : next;
+      const int ahead_count = following > 0 ? following : next_count;
+      if (m0 == 0) {
+        SumTermsUnit<T, false, false, true>(group[cur], count, ahead, ahead_count, dst, H, acc);
+      } else if (following > 0) {
+        SumTermsUnit<T, false, true, true>(group[cur], count, ahead, ahead_count, dst, H, acc);
+      } else if (CanStream<T>() && stream && StreamAligned(dst)) {
+        SumTermsUnit<T, CanStream<T>(), true, false>(group[cur], count, ahead, ahead_count, dst, H, acc);
+      } else {
+        SumTermsUnit<T, false, true, false>(group[cur], count, ahead, ahead_count, dst, H, acc);
       }
     }
   };
@@ -86,7 +118,7 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
     const int next = std::max(counts[cur ^ 1], 0);
     T* dst = p.unpermuted.Row<T>(t);
     if (counts[cur] < 0) {
-      sum_many(t);
+      sum_many(t, terms[cur ^ 1], next);
     } else if (CanStream<T>() && stream && StreamAligned(dst)) {
       SumTermsUnit<T, CanStream<T>()>(terms[cur], counts[cur], terms[cur ^ 1], next, dst, H);
     } else {
