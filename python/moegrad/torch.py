@@ -135,11 +135,12 @@ def _symbolic(t):
     return isinstance(t, torch.Tensor) and any(isinstance(v, torch.SymInt) for v in (*t.shape, *t.stride()))
 
 
-def _desc(key, name, t):
-    """(data_ptr, dtype code, sizes, strides) of a checked tensor, for the extension; None stays None."""
-    if _tensor(key, name, t) is None:
+def _desc(key, name, t, fake=False, checked=False):
+    """(data_ptr, dtype code, sizes, strides) of tensor argument `name` (checked here unless `checked`), for the
+    extension, with the stand-in address when `fake`; None stays None."""
+    if (t if checked else _tensor(key, name, t)) is None:
         return None
-    if _is_fake(t):
+    if fake:
         return (_FAKE_DATA, _DTYPE_CODES[t.dtype], tuple(_hint(v) for v in t.shape),
                 tuple(_hint(v) for v in t.stride()))
     return (t.data_ptr(), _DTYPE_CODES[t.dtype], tuple(t.shape), tuple(t.stride()))
@@ -216,15 +217,16 @@ def _run(key, tensors, attrs, arrays=None, symbolic=None):
     if unknown:
         raise TypeError(f"moegrad: {key}: unknown or missing argument {sorted(unknown)[0]}")
     inputs = _C.INFO[key]["inputs"]
-    descs = [_desc(key, n, tensors.get(n)) if n in inputs else None for n in tensor_names]
+    fake = any(_is_fake(t) for t in tensors.values())
+    descs = [_desc(key, n, tensors.get(n), fake) if n in inputs else None for n in tensor_names]
     values = [_hint(_attr(key, n, attrs[n])) for n in attr_names]
     # The integer arrays are a third argument of the operators that take any.
     lists = ([_hints(_int_array(key, n, arrays.get(n))) for n in array_names],) if array_names else ()
     specs = getattr(_C, key + "_outputs")(descs, values, *lists)
-    if any(_is_fake(t) for t in tensors.values()):
+    if fake:
         return _fake_outputs(key, specs, tensors, symbolic)
     outputs = {n: _empty(key, n, spec) for n, spec in specs.items()}
-    descs = [_desc(key, n, outputs[n]) if n in outputs else d for n, d in zip(tensor_names, descs)]
+    descs = [_desc(key, n, outputs[n], checked=True) if n in outputs else d for n, d in zip(tensor_names, descs)]
     getattr(_C, key)(descs, values, *lists)
     return outputs
 
@@ -386,6 +388,12 @@ def _double_backward_message(key, function):
 # The autograd kernels call the operators below the autograd key (the CPU kernel on real tensors, the fake one
 # under torch.compile's tracing), so that they trace as the operators themselves.
 
+def _needs_grad(*tensors):
+    """Whether autograd records a call on these inputs: without that the forwards skip their
+    torch.autograd.Function (and its cost) and run the operator as it is."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def _below(name, *args):
     if _LIBRARY is None:  # torch.ops.moegrad could not be registered: straight to the Python kernel
         return _KERNELS[name][0](*args)
@@ -492,11 +500,16 @@ def _finalize_grad_without_rows(grad_y, expanded_x, bias, scales, expert_idx):
 
 
 def _permute_autograd(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False):
+    if not _needs_grad(tokens, probs):
+        return _below("moe_token_permute_with_routing_map", tokens, routing_map, probs, num_out_tokens, drop_and_pad)
     return _PermuteFunction.apply(tokens, routing_map, probs, num_out_tokens, drop_and_pad)
 
 
 def _finalize_autograd(expanded_x, expanded_row_idx, x1=None, x2=None, bias=None, scales=None, expert_idx=None,
                        drop_pad_mode=0):
+    if not _needs_grad(expanded_x, x1, x2, bias, scales):
+        return _below("moe_finalize_routing_v2", expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx,
+                      drop_pad_mode)
     return _FinalizeFunction.apply(expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx, drop_pad_mode)
 
 
@@ -541,6 +554,9 @@ class _InitRoutingFunction(torch.autograd.Function):
 
 def _init_routing_autograd(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
                            expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False):
+    if not _needs_grad(x):
+        return _below("moe_init_routing_v2", x, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode,
+                      expert_tokens_count_or_cumsum_flag, expert_tokens_before_capacity_flag)
     return _InitRoutingFunction.apply(x, expert_idx, active_num, expert_capacity, expert_num, drop_pad_mode,
                                       expert_tokens_count_or_cumsum_flag, expert_tokens_before_capacity_flag)
 
@@ -592,6 +608,9 @@ class _UnpermuteFunction(torch.autograd.Function):
 
 def _unpermute_autograd(permuted_tokens, sorted_indices, routing_map=None, probs=None, padded_mode=False,
                        restore_shape=None):
+    if not _needs_grad(permuted_tokens, probs):
+        return _below("moe_token_unpermute_with_routing_map", permuted_tokens, sorted_indices, routing_map, probs,
+                      padded_mode, restore_shape)
     return _UnpermuteFunction.apply(permuted_tokens, sorted_indices, routing_map, probs, padded_mode, restore_shape)
 
 
