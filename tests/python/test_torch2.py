@@ -18,8 +18,8 @@ def _routing(gen):
 
 
 def _samples():
-    """(name, args, grad_inputs) for every operator, every float dtype, with and without probs/scales/bias,
-    contiguous and strided."""
+    """(name, args) for every operator, every float dtype, with and without probs/scales/bias, contiguous and
+    strided."""
     gen = torch.Generator().manual_seed(0)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         expert_idx, rmap = _routing(gen)
@@ -56,7 +56,29 @@ def _samples():
                                                        b if s is not None else None, 0, 0, 0, 0)
 
 
-SAMPLES = list(_samples())
+def _empty_samples():
+    """Hidden size 0 and no tokens: every operator's empty call."""
+    gen = torch.Generator().manual_seed(1)
+    expert_idx, rmap = _routing(gen)
+    probs = torch.rand(T, E, generator=gen)
+    tokens = torch.empty(T, 0)
+    yield "moe_token_permute_with_routing_map", (tokens, rmap, probs, T * K, False)
+    permuted, pprobs, idx = OPS.moe_token_permute_with_routing_map(tokens, rmap, probs, T * K, False)
+    yield "moe_token_permute_with_routing_map_grad", (torch.empty_like(permuted), idx, E, T, False,
+                                                      torch.rand_like(pprobs), rmap)
+    yield "moe_token_unpermute_with_routing_map", (permuted, idx, rmap, probs, False, [T, 0])
+    out, out_index, token_id, _ = OPS.moe_token_unpermute_with_routing_map(permuted, idx, rmap, probs, False, [T, 0])
+    yield "moe_token_unpermute_with_routing_map_grad", (torch.empty_like(out), out_index, token_id, rmap, permuted,
+                                                        probs, False, [T, 0])
+    yield "moe_init_routing_v2", (torch.empty(0, H), torch.empty(0, K, dtype=torch.int32), 0, 0, E, 0, 1, False)
+    ex, row_idx, _, _ = OPS.moe_init_routing_v2(tokens, expert_idx, 0, 0, E, 0, 1, False)
+    yield "moe_init_routing_v2_grad", (torch.empty_like(ex), row_idx, K, 0, 0)
+    yield "moe_finalize_routing_v2", (ex, row_idx, None, None, None, torch.rand(T, K, generator=gen), expert_idx, 2)
+    yield "moe_finalize_routing_v2_grad", (torch.empty(T, 0), row_idx, ex, torch.rand(T, K, generator=gen),
+                                           expert_idx, None, 0, 0, 0, 0)
+
+
+SAMPLES = list(_samples()) + list(_empty_samples())
 DIFFERENTIABLE = {"moe_token_permute_with_routing_map": (0, 2), "moe_token_unpermute_with_routing_map": (0, 3),
                   "moe_init_routing_v2": (0,), "moe_finalize_routing_v2": (0, 4, 5)}
 
