@@ -2,13 +2,16 @@
 """Per-call cost of moegrad.torch at decode sizes, against the C++ API and PyTorch eager in the same run.
 
 For T = 1 and 16 tokens of DeepSeek-V3's layer (H 7168, E 256, K 8), bf16 tokens with fp32 probabilities,
-dropless: the median time of one call of the routing-map dispatch and combine and their gradients through
-moegrad.torch (argument checks, the output query, allocation, the call), the same call through the C++ API
-(`moegrad bench --tokens T`, which times plan + run on preallocated outputs), and Megatron-style PyTorch eager
-code for the forwards (bench/compare_torch.py's permute and unpermute). The difference between the first two
-is what the Python layer adds.
+dropless: the median time of one call of the routing-map dispatch and combine and their gradients
+  * through moegrad.torch (argument checks, the output query, allocation, the call);
+  * through the extension alone (`moegrad._C`, the C++ API on the same tensors' descriptors and preallocated
+    outputs, recorded from the moegrad.torch call): the library's own time in this process;
+  * through Megatron-style PyTorch eager code for the forwards (bench/compare_torch.py's permute and unpermute);
+  * and, for reference, `moegrad bench --tokens T` (the tool's plan + run, in another process).
+The three in-process columns are timed call by call in alternation (the machine's speed drifts), each the
+median over the rounds; "Python adds" is moegrad.torch's median minus the extension's.
 
-    PYTHONPATH=build/python .venv/bin/python bench/python_overhead.py [--moegrad build/tools/moegrad]
+    PYTHONPATH=build/python .venv/bin/python bench/python_overhead.py [--moegrad build/tools/moegrad] [--rounds N]
 """
 import argparse
 import json
@@ -16,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -40,8 +44,29 @@ def cpp_seconds(tool, tokens):
     return out
 
 
+def recorded_extension_call(key, call):
+    """(result of call(), a function that repeats only its extension call `_C.<key>` on the same descriptors): the
+    moegrad.torch call is made once with the extension's entry wrapped to record its arguments."""
+    extension, real, recorded = mt._C, getattr(mt._C, key), []
+
+    class Recorder:
+        def __getattr__(self, name):
+            if name == key:
+                return lambda *a: (recorded.append(a), real(*a))[1]
+            return getattr(extension, name)
+
+    mt._C = Recorder()
+    try:
+        result = call()  # holds the outputs the recorded descriptors point at
+    finally:
+        mt._C = extension
+    (args,) = recorded
+    return result, lambda: real(*args)
+
+
 def python_calls(tokens, gen):
-    """{op key: (moegrad.torch call, Megatron-style eager call or None)}."""
+    """{op key: (moegrad.torch call, the extension's call alone, Megatron-style eager call or None)}; the
+    extension calls write into outputs that stay referenced from the returned closures."""
     _, rmap = ct.random_routing(tokens, E, K, gen)
     x = torch.rand(tokens, H, generator=gen).to(torch.bfloat16)
     probs = torch.rand(tokens, E, generator=gen)
@@ -53,41 +78,62 @@ def python_calls(tokens, gen):
     g_out = torch.rand_like(out.float()).to(out.dtype)
     sorted_tokens = torch.arange(tokens).unsqueeze(0).expand(E, -1).masked_select(rmap.T.contiguous())
     expert_of_row = torch.arange(E).repeat_interleave(rmap.sum(0))
-    with torch.no_grad():
-        return {
-            "token-permute-with-routing-map": (
-                lambda: mt.moe_token_permute_with_routing_map(x, rmap, probs, num_out_tokens=n),
-                lambda: ct.permute(x, rmap, probs, n, False)),
-            "token-permute-with-routing-map-grad": (
-                lambda: mt.moe_token_permute_with_routing_map_grad(g_perm, idx, E, tokens, False, g_probs, rmap),
-                None),
-            "token-unpermute-with-routing-map": (
-                lambda: mt.moe_token_unpermute_with_routing_map(permuted, idx, rmap, probs, restore_shape=[tokens, H]),
-                lambda: ct.unpermute(permuted, sorted_tokens, probs, expert_of_row, tokens)),
-            "token-unpermute-with-routing-map-grad": (
-                lambda: mt.moe_token_unpermute_with_routing_map_grad(g_out, out_index, token_id, rmap, permuted,
-                                                                     probs, False, [tokens, H]),
-                None),
-        }
+    calls = {
+        "token-permute-with-routing-map": (
+            lambda: mt.moe_token_permute_with_routing_map(x, rmap, probs, num_out_tokens=n),
+            lambda: ct.permute(x, rmap, probs, n, False)),
+        "token-permute-with-routing-map-grad": (
+            lambda: mt.moe_token_permute_with_routing_map_grad(g_perm, idx, E, tokens, False, g_probs, rmap),
+            None),
+        "token-unpermute-with-routing-map": (
+            lambda: mt.moe_token_unpermute_with_routing_map(permuted, idx, rmap, probs, restore_shape=[tokens, H]),
+            lambda: ct.unpermute(permuted, sorted_tokens, probs, expert_of_row, tokens)),
+        "token-unpermute-with-routing-map-grad": (
+            lambda: mt.moe_token_unpermute_with_routing_map_grad(g_out, out_index, token_id, rmap, permuted,
+                                                                 probs, False, [tokens, H]),
+            None),
+    }
+    result = {}
+    for op, (ours, eager) in calls.items():
+        kept, direct = recorded_extension_call(op.replace("-", "_"), ours)
+        result[op] = (ours, (lambda d=direct, k=kept: d()), eager)
+    return result
+
+
+def alternated_medians(fns, rounds, warmup=20):
+    """The median seconds of each of `fns` (None entries give None), timed one call each per round in turn."""
+    live = [f for f in fns if f is not None]
+    for _ in range(warmup):
+        for f in live:
+            f()
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, f in enumerate(fns):
+            if f is not None:
+                t0 = time.perf_counter()
+                f()
+                times[i].append(time.perf_counter() - t0)
+    return [sorted(t)[len(t) // 2] if t else None for t in times]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     parser.add_argument("--moegrad", default=os.path.join(here, "build", "tools", "moegrad"))
+    parser.add_argument("--rounds", type=int, default=2000, help="alternated calls of each kind (default 2000)")
     args = parser.parse_args()
     gen = torch.Generator().manual_seed(0)
     print(f"torch {torch.__version__}, moegrad {mt._C.version()} {mt._C.simd_target()}, "
           f"{mt._C.num_threads()} threads; DeepSeek-V3 H={H} E={E} K={K}, bf16 tokens, fp32 probs, dropless")
-    print(f"{'op':40} {'T':>3} {'C++ API':>10} {'moegrad.torch':>14} {'Python adds':>12} {'torch eager':>12}")
+    print(f"{'op':40} {'T':>3} {'tool':>9} {'extension':>10} {'moegrad.torch':>14} {'Python adds':>12} "
+          f"{'torch eager':>12}")
     for tokens in (1, 16):
         cpp = cpp_seconds(args.moegrad, tokens)
         with torch.no_grad():
-            for op, (ours, eager) in python_calls(tokens, gen).items():
-                t = ct.median_seconds(ours, warmup=20, min_runs=200, max_runs=2000, budget=1.0)
-                e = ct.median_seconds(eager, warmup=20, min_runs=200, max_runs=2000, budget=1.0) if eager else None
-                print(f"{op:40} {tokens:>3} {cpp[op] * 1e6:>8.1f}us {t * 1e6:>12.1f}us {(t - cpp[op]) * 1e6:>10.1f}us "
-                      f"{(f'{e * 1e6:.1f}us') if e else '-':>12}")
+            for op, (ours, direct, eager) in python_calls(tokens, gen).items():
+                t, d, e = alternated_medians([ours, direct, eager], args.rounds)
+                print(f"{op:40} {tokens:>3} {cpp[op] * 1e6:>7.1f}us {d * 1e6:>8.1f}us {t * 1e6:>12.1f}us "
+                      f"{(t - d) * 1e6:>10.1f}us {(f'{e * 1e6:.1f}us') if e else '-':>12}")
 
 
 if __name__ == "__main__":

@@ -46,38 +46,50 @@ def _op(key):
     return _C.INFO[key]["name"]
 
 
+# Per operator, what the hot path looks up on every call: its names as sets.
+_REQUIRED = {key: frozenset(info["required"]) for key, info in _C.INFO.items()}
+_FLAGS = {key: frozenset(info["flags"]) for key, info in _C.INFO.items()}
+_INPUTS = {key: frozenset(info["inputs"]) for key, info in _C.INFO.items()}
+_ARRAYS = {key: tuple(info["arrays"]) for key, info in _C.INFO.items()}
+
+
 def _type_name(value):
     t = type(value)
     return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
-def _tensor(key, name, t):
+def _tensor(key, name, t, compiling=None):
     """t, checked as tensor argument `name` of operator `key`: None (where optional) or a strided CPU tensor of a
-    dtype the library knows; what a TensorView can express is the library's to check."""
+    dtype the library knows; what a TensorView can express is the library's to check. `compiling`: whether
+    torch.compile traces the call, when the caller knows it already."""
     if t is None:
-        if name in _C.INFO[key]["required"]:
+        if name in _REQUIRED[key]:
             raise ValueError(f"{_op(key)}: {name} is required but is null")  # the library's NULLPTR message
         return None
     if not isinstance(t, torch.Tensor):
-        what = "a torch.Tensor" if name in _C.INFO[key]["required"] else "a torch.Tensor or None"
+        what = "a torch.Tensor" if name in _REQUIRED[key] else "a torch.Tensor or None"
         raise TypeError(f"{_op(key)}: {name} must be {what}, not {_type_name(t)}")
     if t.device.type != "cpu" or t.layout != torch.strided:
         raise ValueError(f"{_op(key)}: {name} is a {t.layout} tensor on {t.device}; moegrad takes strided CPU "
                          "tensors")
     if t.dtype not in _DTYPE_CODES:
         raise ValueError(f"{_op(key)}: {name} has dtype {t.dtype}, which moegrad does not know")
-    if not _compiling() and (t.is_neg() or t.is_conj()):  # a traced graph has no lazy views to resolve
+    if compiling is None:
+        compiling = _compiling()
+    if not compiling and (t.is_neg() or t.is_conj()):  # a traced graph has no lazy views to resolve
         raise ValueError(f"{_op(key)}: {name} is a lazily negated/conjugated view; call resolve_neg() first")
     return t
 
 
-def _attr(key, name, value):
+def _attr(key, name, value, compiling=None):
     """value as attribute `name` of operator `key`: an int64 (anything with __index__ but a bool), or for a
-    boolean attribute a bool (or 0 / 1)."""
-    flag = name in _C.INFO[key]["flags"]
+    boolean attribute a bool (or 0 / 1). `compiling` as for _tensor."""
+    flag = name in _FLAGS[key]
     if flag and isinstance(value, bool):
         return value
-    if _compiling() or isinstance(value, torch.SymInt):
+    if type(value) is int and not flag and _INT64_MIN <= value <= _INT64_MAX:  # the common case, as below
+        return value
+    if (_compiling() if compiling is None else compiling) or isinstance(value, torch.SymInt):
         # Traced (torch.compile): a size may be symbolic; the operator's fake kernel checks its example value.
         return value
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
@@ -101,10 +113,11 @@ def _check(key, tensors, attrs, may_be_none=()):
     in may_be_none) as _tensor and _attr do, in the operator's order: what must hold before torch.ops' schema
     parsing sees them."""
     tensor_names, attr_names = _C.OPS[key]
+    compiling = _compiling()
     for name in tensor_names:
         if name in tensors:
-            _tensor(key, name, tensors[name])
-    return {n: (None if attrs[n] is None and n in may_be_none else _attr(key, n, attrs[n]))
+            _tensor(key, name, tensors[name], compiling)
+    return {n: (None if attrs[n] is None and n in may_be_none else _attr(key, n, attrs[n], compiling))
             for n in attr_names if n in attrs}
 
 
@@ -114,7 +127,7 @@ _FAKE_DATA = 4096
 
 
 def _is_fake(t):
-    return isinstance(t, torch.Tensor) and (t.device.type == "meta" or isinstance(t, _FakeTensor))
+    return isinstance(t, _FakeTensor) or (isinstance(t, torch.Tensor) and t.is_meta)
 
 
 def _hint(v):
@@ -135,15 +148,15 @@ def _symbolic(t):
     return isinstance(t, torch.Tensor) and any(isinstance(v, torch.SymInt) for v in (*t.shape, *t.stride()))
 
 
-def _desc(key, name, t, fake=False, checked=False):
-    """(data_ptr, dtype code, sizes, strides) of tensor argument `name` (checked here unless `checked`), for the
-    extension, with the stand-in address when `fake`; None stays None."""
-    if (t if checked else _tensor(key, name, t)) is None:
+def _desc(key, name, t, fake=False, checked=False, compiling=None):
+    """(data_ptr, dtype code, sizes, strides) of tensor argument `name` (checked here unless `checked`; compiling
+    as for _tensor), for the extension, with the stand-in address when `fake`; None stays None."""
+    if (t if checked else _tensor(key, name, t, compiling)) is None:
         return None
     if fake:
         return (_FAKE_DATA, _DTYPE_CODES[t.dtype], tuple(_hint(v) for v in t.shape),
                 tuple(_hint(v) for v in t.stride()))
-    return (t.data_ptr(), _DTYPE_CODES[t.dtype], tuple(t.shape), tuple(t.stride()))
+    return (t.data_ptr(), _DTYPE_CODES[t.dtype], t.shape, t.stride())  # sequences of ints, as the extension takes
 
 
 def _empty(key, name, spec):
@@ -210,19 +223,18 @@ def _run(key, tensors, attrs, arrays=None, symbolic=None):
     with the same ValueError as a real call. Where an input's sizes are symbolic, `symbolic()` gives the
     outputs' sizes in the inputs' symbols ({name: sizes}), checked against the query's on the example values."""
     tensor_names, attr_names = _C.OPS[key]
-    array_names = _C.INFO[key]["arrays"]
+    array_names, inputs = _ARRAYS[key], _INPUTS[key]
     arrays = arrays or {}
-    unknown = ((set(tensors) - set(_C.INFO[key]["inputs"])) | (set(attrs) ^ set(attr_names)) |
-               (set(arrays) - set(array_names)))
+    unknown = ((tensors.keys() - inputs) | (attrs.keys() ^ set(attr_names)) | (arrays.keys() - set(array_names)))
     if unknown:
         raise TypeError(f"moegrad: {key}: unknown or missing argument {sorted(unknown)[0]}")
-    inputs = _C.INFO[key]["inputs"]
+    compiling = _compiling()
     fake = any(_is_fake(t) for t in tensors.values())
-    descs = [_desc(key, n, tensors.get(n), fake) if n in inputs else None for n in tensor_names]
-    values = [_hint(_attr(key, n, attrs[n])) for n in attr_names]
+    descs = [_desc(key, n, tensors.get(n), fake, compiling=compiling) if n in inputs else None for n in tensor_names]
+    values = [_hint(_attr(key, n, attrs[n], compiling)) for n in attr_names]
     # The integer arrays are a third argument of the operators that take any.
     lists = ([_hints(_int_array(key, n, arrays.get(n))) for n in array_names],) if array_names else ()
-    specs = getattr(_C, key + "_outputs")(descs, values, *lists)
+    specs = getattr(_C, _QUERY_NAMES[key])(descs, values, *lists)
     if fake:
         return _fake_outputs(key, specs, tensors, symbolic)
     outputs = {n: _empty(key, n, spec) for n, spec in specs.items()}
@@ -231,11 +243,14 @@ def _run(key, tensors, attrs, arrays=None, symbolic=None):
     return outputs
 
 
+_QUERY_NAMES = {key: key + "_outputs" for key in _C.OPS}
+
+
 def _permute(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False):
     key = "token_permute_with_routing_map"
     tensors = dict(tokens=tokens, routingMap=routing_map, probs=probs)
-    _check(key, tensors, {})
     if num_out_tokens is None:
+        _check(key, tensors, {})  # before count_nonzero reads the map (_run checks every other call)
         if drop_and_pad:
             raise ValueError(f"{_op(key)}: num_out_tokens is required with drop_and_pad")
         if _is_fake(routing_map):
@@ -246,9 +261,10 @@ def _permute(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=
             return (torch.empty((n, h), dtype=tokens.dtype), None if probs is None else
                     torch.empty((n,), dtype=probs.dtype), torch.empty((n,), dtype=torch.int32))
         num_out_tokens = int(torch.count_nonzero(routing_map))  # dropless: every routed entry is an output row
-    n, h = num_out_tokens, tokens.shape[1]
+    n = num_out_tokens
     out = _run(key, tensors, dict(numOutTokens=num_out_tokens, dropAndPad=drop_and_pad),
-               symbolic=lambda: dict(permuteTokensOut=(n, h), permuteProbsOut=(n,), sortedIndicesOut=(n,)))
+               symbolic=lambda: dict(permuteTokensOut=(n, tokens.shape[1]), permuteProbsOut=(n,),
+                                     sortedIndicesOut=(n,)))
     return out["permuteTokensOut"], out["permuteProbsOut"], out["sortedIndicesOut"]
 
 
@@ -395,7 +411,7 @@ def _needs_grad(*tensors):
 
 
 def _below(name, *args):
-    if _LIBRARY is None:  # torch.ops.moegrad could not be registered: straight to the Python kernel
+    if _LIBRARY is None or _plain_eager(args):  # straight to the Python kernel (see _plain_eager)
         return _KERNELS[name][0](*args)
     with torch._C._AutoDispatchBelowAutograd():
         return getattr(torch.ops.moegrad, name)(*args)
@@ -690,6 +706,29 @@ _ENTRY = {name: (getattr(torch.ops.moegrad, name) if _LIBRARY is not None else a
           for name, (cpu, auto) in _KERNELS.items()}
 
 
+def _plain_eager(args):
+    """Whether a call on `args` may run its kernels as plain Python functions, without torch's dispatcher: an eager
+    call (not traced by torch.compile or torch.jit) of plain tensors, with no torch function or dispatch mode
+    (FakeTensorMode, a TorchDispatchMode, ...), no functorch transform and no profiler active. The dispatcher
+    would then call the same kernels (Autograd, then CPU) and nothing else; skipping it saves two of its Python
+    round trips per call (see docs/python.md, per-call overhead). Anything else goes through torch.ops.moegrad."""
+    return not (_compiling() or _torch_c._len_torch_dispatch_stack() or _torch_c._len_torch_function_stack()
+                or _torch_c._has_torch_function(args) or _torch_c._are_functorch_transforms_active()
+                or _torch_c._get_tracing_state() is not None or _profiler_enabled())
+
+
+_torch_c = torch._C
+_profiler_enabled = torch.autograd._profiler_enabled
+
+
+def _dispatch(name, *args):
+    """The operator `name` on `args` (its schema's arguments, checked): its autograd kernel directly in plain eager
+    mode, otherwise torch.ops.moegrad.<name> (_ENTRY)."""
+    if _plain_eager(args):
+        return _KERNELS[name][1](*args)
+    return _ENTRY[name](*args)
+
+
 # --- public API -------------------------------------------------------------------------------------------
 # Each function checks its arguments' Python types and converts its attributes (_check) before the dispatcher's
 # schema parsing sees them; the kernel then runs the library's output query, allocates and calls.
@@ -704,7 +743,7 @@ def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_
     """
     a = _check("token_permute_with_routing_map", dict(tokens=tokens, routingMap=routing_map, probs=probs),
                dict(numOutTokens=num_out_tokens, dropAndPad=drop_and_pad), may_be_none=("numOutTokens",))
-    return _ENTRY["moe_token_permute_with_routing_map"](tokens, routing_map, probs, a["numOutTokens"],
+    return _dispatch("moe_token_permute_with_routing_map", tokens, routing_map, probs, a["numOutTokens"],
                                                           a["dropAndPad"])
 
 
@@ -720,7 +759,7 @@ def moe_finalize_routing_v2(expanded_x, expanded_row_idx, x1=None, x2=None, bias
                dict(expandedX=expanded_x, expandedRowIdx=expanded_row_idx, x1=x1, x2=x2, bias=bias, scales=scales,
                     expertIdx=expert_idx),
                dict(dropPadMode=drop_pad_mode))
-    return _ENTRY["moe_finalize_routing_v2"](expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx,
+    return _dispatch("moe_finalize_routing_v2", expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx,
                                                a["dropPadMode"])
 
 
@@ -736,7 +775,7 @@ def moe_finalize_routing_v2_grad(grad_y, expanded_row_idx, expanded_x=None, scal
                     expertIdx=expert_idx, bias=bias),
                dict(dropPadMode=drop_pad_mode, activeNum=active_num, expertNum=expert_num,
                     expertCapacity=expert_capacity))
-    return _ENTRY["moe_finalize_routing_v2_grad"](grad_y, expanded_row_idx, expanded_x, scales, expert_idx, bias,
+    return _dispatch("moe_finalize_routing_v2_grad", grad_y, expanded_row_idx, expanded_x, scales, expert_idx, bias,
                                                     a["dropPadMode"], a["activeNum"], a["expertNum"],
                                                     a["expertCapacity"])
 
@@ -754,7 +793,7 @@ def moe_token_permute_with_routing_map_grad(permuted_token_output_grad, sorted_i
                     permutedProbsOutputGrad=permuted_probs_output_grad, sortedIndices=sorted_indices,
                     routingMap=routing_map),
                dict(numExperts=num_experts, tokensNum=tokens_num, dropAndPad=drop_and_pad))
-    return _ENTRY["moe_token_permute_with_routing_map_grad"](permuted_token_output_grad, sorted_indices,
+    return _dispatch("moe_token_permute_with_routing_map_grad", permuted_token_output_grad, sorted_indices,
                                                                a["numExperts"], a["tokensNum"], a["dropAndPad"],
                                                                permuted_probs_output_grad, routing_map)
 
@@ -769,7 +808,7 @@ def moe_init_routing_v2_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_
     """
     a = _check("init_routing_v2_grad", dict(gradExpandedX=grad_expanded_x, expandedRowIdx=expanded_row_idx),
                dict(topK=top_k, dropPadMode=drop_pad_mode, activeNum=active_num))
-    return _ENTRY["moe_init_routing_v2_grad"](grad_expanded_x, expanded_row_idx, a["topK"], a["dropPadMode"],
+    return _dispatch("moe_init_routing_v2_grad", grad_expanded_x, expanded_row_idx, a["topK"], a["dropPadMode"],
                                                 a["activeNum"])
 def moe_init_routing_v2(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
                         expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False):
@@ -787,7 +826,7 @@ def moe_init_routing_v2(x, expert_idx, active_num=0, expert_capacity=0, expert_n
                dict(activeNum=active_num, expertCapacity=expert_capacity, expertNum=expert_num,
                     dropPadMode=drop_pad_mode, expertTokensCountOrCumsumFlag=expert_tokens_count_or_cumsum_flag,
                     expertTokensBeforeCapacityFlag=expert_tokens_before_capacity_flag))
-    return _ENTRY["moe_init_routing_v2"](x, expert_idx, a["activeNum"], a["expertCapacity"], a["expertNum"],
+    return _dispatch("moe_init_routing_v2", x, expert_idx, a["activeNum"], a["expertCapacity"], a["expertNum"],
                                          a["dropPadMode"], a["expertTokensCountOrCumsumFlag"],
                                          a["expertTokensBeforeCapacityFlag"])
 
@@ -811,7 +850,7 @@ def moe_token_unpermute_with_routing_map(permuted_tokens, sorted_indices, routin
                     probsOptional=probs),
                dict(paddedMode=padded_mode))
     shape = _int_array("token_unpermute_with_routing_map", "restoreShapeOptional", restore_shape)
-    return _ENTRY["moe_token_unpermute_with_routing_map"](permuted_tokens, sorted_indices, routing_map, probs,
+    return _dispatch("moe_token_unpermute_with_routing_map", permuted_tokens, sorted_indices, routing_map, probs,
                                                             a["paddedMode"], shape)
 
 
@@ -834,6 +873,6 @@ def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index,
                          permutedTokensOptional=permuted_tokens, probsOptional=probs),
                dict(dropAndPad=drop_and_pad))
     shape = _int_array(key, "restoreShapeOptional", restore_shape)
-    return _ENTRY["moe_token_unpermute_with_routing_map_grad"](unpermuted_tokens_grad, out_index, permute_token_id,
+    return _dispatch("moe_token_unpermute_with_routing_map_grad", unpermuted_tokens_grad, out_index, permute_token_id,
                                                                  routing_map, permuted_tokens, probs, a["dropAndPad"],
                                                                  shape)
