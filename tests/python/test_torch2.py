@@ -213,3 +213,71 @@ def test_dynamic_token_counts_compile_once():
         x = torch.randn(tokens, H)
         torch.testing.assert_close(compiled(x), layer(x), rtol=0, atol=0)
     assert len(graphs) == 1
+
+
+# --- plain eager calls skip the dispatcher; anything that watches the dispatcher still sees the operators -------
+
+def _layer_step(tokens, rmap, probs):
+    """The routing-map dispatch and combine, forward and backward: outputs and gradients."""
+    tokens = tokens.detach().requires_grad_(True)
+    probs = probs.detach().requires_grad_(True)
+    permuted, _, idx = mt.moe_token_permute_with_routing_map(tokens, rmap, probs, num_out_tokens=T * K)
+    out = mt.moe_token_unpermute_with_routing_map(permuted * 2, idx, rmap, probs, restore_shape=[T, H])[0]
+    out.backward(torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(out.dtype))
+    return out, tokens.grad, probs.grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_plain_eager_path_equals_the_dispatcher_path(dtype, monkeypatch):
+    gen = torch.Generator().manual_seed(3)
+    _, rmap = _routing(gen)
+    tokens, probs = torch.randn(T, H, generator=gen).to(dtype), torch.rand(T, E, generator=gen)
+    direct = _layer_step(tokens, rmap, probs)
+    calls = []
+    real_below = mt._below
+    monkeypatch.setattr(mt, "_plain_eager", lambda args: False)
+    monkeypatch.setattr(mt, "_below", lambda name, *a: (calls.append(name), real_below(name, *a))[1])
+    dispatched = _layer_step(tokens, rmap, probs)
+    assert calls == ["moe_token_permute_with_routing_map", "moe_token_unpermute_with_routing_map",
+                     "moe_token_unpermute_with_routing_map_grad", "moe_token_permute_with_routing_map_grad"]
+    for a, b in zip(direct, dispatched):
+        assert a.dtype == b.dtype and torch.equal(a.view(torch.int16 if a.element_size() == 2 else torch.int32),
+                                                  b.view(torch.int16 if b.element_size() == 2 else torch.int32))
+
+
+def test_plain_eager_calls_do_not_enter_the_dispatcher(monkeypatch):
+    gen = torch.Generator().manual_seed(4)
+    _, rmap = _routing(gen)
+    tokens, probs = torch.randn(T, H, generator=gen), torch.rand(T, E, generator=gen)
+
+    def refuse(*args):
+        raise AssertionError("torch.ops.moegrad entered in plain eager mode")
+    monkeypatch.setattr(mt, "_ENTRY", {name: refuse for name in mt._ENTRY})
+    _layer_step(tokens, rmap, probs)  # forward and backward without the dispatcher
+
+
+def test_dispatch_modes_and_the_profiler_see_every_operator():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(5)
+    _, rmap = _routing(gen)
+    tokens, probs = torch.randn(T, H, generator=gen), torch.rand(T, E, generator=gen)
+    with Recorder() as mode:
+        _layer_step(tokens, rmap, probs)
+    for name in ("moe_token_permute_with_routing_map", "moe_token_unpermute_with_routing_map",
+                 "moe_token_unpermute_with_routing_map_grad", "moe_token_permute_with_routing_map_grad"):
+        assert f"moegrad.{name}" in mode.ops, (name, mode.ops)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        _layer_step(tokens, rmap, probs)
+    names = {e.name for e in prof.events()}
+    assert "moegrad::moe_token_permute_with_routing_map" in names
+    assert "moegrad::moe_token_unpermute_with_routing_map_grad" in names
