@@ -276,6 +276,22 @@ TEST(TokenUnpermuteWithRoutingMap, PadCapacityAndDensity) {
   }
 }
 
+// Pad mode's padding tokens of more than 16 contributions (every expert pads its slots with the first unrouted
+// tokens: tokens 0 and 1 collect up to 40) on rows at and past 16384 columns, where the kernel's whole-row fp32
+// accumulator ends and column tiles take over; every SIMD target and thread count for the wider rows.
+TEST(TokenUnpermuteWithRoutingMap, ManyContributionsOnWideRows) {
+  uint64_t seed = 900;
+  for (int64_t H : {16384, 16384 + 37, 3 * 512 + 16384}) {
+    for (double density : {0.0, 0.5}) {
+      for (const DTypes& d : {DTypes{DType::kFloat32, DType::kFloat32}, DTypes{DType::kBFloat16, DType::kFloat32},
+                              DTypes{DType::kFloat16, DType::kFloat16}}) {
+        TokenUnpermuteWithRoutingMapTester().padded(true).tokens(3).experts(40).capacity(2).density(density)
+            .hidden(H).all_targets(H > 16384 && density > 0).seed(seed++).Test(d);
+      }
+    }
+  }
+}
+
 // Every token x weight dtype pair: both modes, with and without probs, zero weights, strided views, every API,
 // on every SIMD target and thread count for the larger ones.
 TEST(TokenUnpermuteWithRoutingMap, EveryDTypePair) {
