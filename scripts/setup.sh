@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build, test and benchmark moegrad: the toolchain and C++
 # libraries from Debian's archive (needs root or sudo), and the Python environment of the moegrad package
-# and its tests, a virtual environment .venv with pinned torch 2.13.0 and pytest (MOEGRAD_VENV elsewhere;
-# MOEGRAD_PYTHON is the interpreter that makes it, default python3). CMake builds the package for that
-# venv's interpreter. Installs nothing when all is present.
+# and its tests, a virtual environment .venv with pinned torch 2.13.0, pytest and megatron-core (MOEGRAD_VENV
+# elsewhere; MOEGRAD_PYTHON is the interpreter that makes it, default python3). CMake builds the package for
+# that venv's interpreter. Installs nothing when all is present.
 set -euo pipefail
 
 packages=(
@@ -19,8 +19,9 @@ fi
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${MOEGRAD_VENV:-$here/.venv}
-# The Python pins of the tests (the package itself asks for torch>=2.4).
-python_pins=(torch==2.13.0 pytest==8.3.5 numpy==2.2.6)
+# The Python pins of the tests (the package itself asks for torch>=2.4). megatron-core: the reference of
+# tests/python/test_megatron.py; 0.16.1 is its newest release for Python 3.11 (0.17 and later need 3.12).
+python_pins=(torch==2.13.0 pytest==8.3.5 numpy==2.2.6 megatron-core==0.16.1)
 
 setup_venv() {
   if [[ "${MOEGRAD_SETUP_MINIMAL:-0}" == 1 ]]; then return 0; fi

@@ -876,3 +876,16 @@ def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index,
     return _dispatch("moe_token_unpermute_with_routing_map_grad", unpermuted_tokens_grad, out_index, permute_token_id,
                                                                  routing_map, permuted_tokens, probs, a["dropAndPad"],
                                                                  shape)
+
+
+# --- whole pipelines (one call in, one call out) and the Megatron-core drop-in ---------------------------------
+
+from ._pipelines import (DispatchV2Handle, PermuteHandle, moe_combine_v2, moe_dispatch_v2,  # noqa: E402
+                         moe_permute, moe_unpermute)
+from . import _megatron as megatron  # noqa: E402
+
+__all__ += ["moe_permute", "moe_unpermute", "moe_dispatch_v2", "moe_combine_v2", "PermuteHandle",
+            "DispatchV2Handle", "megatron"]
+# `import moegrad.torch.megatron` finds the drop-in under the name its docs use.
+import sys as _sys  # noqa: E402
+_sys.modules[__name__ + ".megatron"] = megatron

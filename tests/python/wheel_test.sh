@@ -18,7 +18,7 @@ echo "$torch_site" > "$site/zz_moegrad_test_torch.pth"
 
 files=$(cd "$site" && ls moegrad)
 echo "wheel_test: installed moegrad/: $(echo $files)"
-for f in __init__.py torch.py libmoegrad.so; do
+for f in __init__.py torch.py _pipelines.py _megatron.py libmoegrad.so; do
   grep -qx "$f" <<<"$files" || { echo "wheel_test: moegrad/$f missing" >&2; exit 1; }
 done
 if ls "$site" | grep -qx include || [[ -d "$site/moegrad/cmake" ]]; then
