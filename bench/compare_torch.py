@@ -63,6 +63,11 @@ def row_dtypes(name):
     return DTYPES[tokens], DTYPES[weights or tokens]
 
 
+def median_seconds(fn, warmup=2, min_runs=5, max_runs=200, budget=0.5):
+    """The median seconds of fn alone (bench/python_overhead.py times with it)."""
+    return interleaved_medians([fn], warmup, min_runs, max_runs, budget)[0][0]
+
+
 def interleaved_medians(fns, warmup=2, min_runs=5, max_runs=200, budget=1.0):
     """The median seconds of each of fns, called in turn (order reversed every other round, A B B A ...), at least
     min_runs rounds and until the calls took `budget` seconds together."""
