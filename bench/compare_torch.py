@@ -103,6 +103,14 @@ def mismatch(name, got, want, dtype, wide=False):
     return None
 
 
+def fresh_memory_gbps(size=256 << 20, runs=5):
+    """GB/s of torch.empty(size bytes).zero_(): the first touch of fresh memory, which every call that returns
+    a new large tensor pays (eager and moegrad.torch alike; the tool reuses its buffers)."""
+    def once():
+        torch.empty(size, dtype=torch.uint8).zero_()
+    return size / median_seconds(once, warmup=1, min_runs=runs, budget=0) * 1e-9
+
+
 # ----- routing data, as the forward routing operators produce it ----------------------------------------
 
 def random_routing(T, E, K, gen):
@@ -471,6 +479,7 @@ def main():
         with open(out) as f:
             mg = json.load(f)
     shape = (mg["tokens"], mg["hidden"], mg["experts"], mg["topk"], mg["capacity"])
+    fresh_gbps = fresh_memory_gbps()
 
     gen = torch.Generator().manual_seed(1)
     results = []
@@ -508,7 +517,7 @@ def main():
     T, H, E, K, C = shape
     print(f"{mg['preset']}: T={T} H={H} E={E} K={K} (drop-pad C={C}), {args.threads} threads; "
           f"torch {torch.__version__} eager, moegrad {mg['version']} {mg['simd_target']}; "
-          f"copy {mg['copy_gbps']:.1f} GB/s")
+          f"copy {mg['copy_gbps']:.1f} GB/s; a fresh 256 MiB tensor zeroed at {fresh_gbps:.2f} GB/s")
     w_op = max(len(r["op"]) for r in results)
     w_mode = max(len(r["mode"]) for r in results)
     w_t = max(len(r["torch"] or "-") for r in results)
@@ -524,7 +533,8 @@ def main():
               f"{r['pct_copy']:4.0f}%  {tsp:>7}  {match:>13}  {'ok' if r['verified'] else 'FAIL'}")
     print("torch / moegrad.torch: the same tensors, called in turn (medians of >= "
           f"{args.runs} rounds); torch times the backward only (autograd.grad on a built graph) for the gradient "
-          "operators, no_grad forward for the others; speedup = torch / moegrad.torch. tool: `moegrad bench` "
+          "operators, no_grad forward for the others; speedup = torch / moegrad.torch (both allocate their outputs "
+          "anew each call, as a training step does). tool: `moegrad bench` "
           "(plan + run from cold caches, median), %copy its paired copy bandwidth, vs tool = torch / tool. "
           "matches eager: every moegrad.torch output against the eager code in float64; verified: the tool's "
           "own check against its scalar reference.")
@@ -532,7 +542,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump(dict(shape=dict(tokens=T, hidden=H, experts=E, topk=K, capacity=C), threads=args.threads,
                            torch=torch.__version__, moegrad=mg["version"], simd_target=mg["simd_target"],
-                           copy_gbps=mg["copy_gbps"], runs=args.runs, rows=results), f, indent=1)
+                           copy_gbps=mg["copy_gbps"], fresh_zero_gbps=fresh_gbps, runs=args.runs, rows=results), f, indent=1)
     return 1 if failed else 0
 
 
