@@ -542,7 +542,8 @@ def main():
         with open(args.json, "w") as f:
             json.dump(dict(shape=dict(tokens=T, hidden=H, experts=E, topk=K, capacity=C), threads=args.threads,
                            torch=torch.__version__, moegrad=mg["version"], simd_target=mg["simd_target"],
-                           copy_gbps=mg["copy_gbps"], fresh_zero_gbps=fresh_gbps, runs=args.runs, rows=results), f, indent=1)
+                           copy_gbps=mg["copy_gbps"], fresh_zero_gbps=fresh_gbps, runs=args.runs, rows=results),
+                      f, indent=1)
     return 1 if failed else 0
 
 
