@@ -180,7 +180,7 @@ GOOD = [
     # --values: every row still verified against the reference, the kind named in the table
     (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "bf16", "--op", "finalize-routing-v2-grad",
       "--values", "tiny", "--json", "{json}"], {}, 0, None, ", tiny values, "),
-    (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "f16", "--op", "unpermute",
+    (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "f16", "--op", "token-unpermute-with-routing-map",
       "--values", "MIXED"], {}, 0, None, ", mixed values, "),
     (["--help"], {}, 0, "", "--threads N             worker threads, 1..4096"),
     (["--help"], {}, 0, "", "--values tiny|normal|mixed"),
