@@ -65,14 +65,14 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
         VF v;
         if (kX && kB) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
         else v = LoadF32(d, kX ? x + o : b + o);
-        acc[q] = hn::Add(acc[q], hn::Mul(v, vg));
+        acc[q] = hn::Add(acc[q], MulRounded(v, vg));
       }
-      if (kOut) PutF32<kStream>(d, hn::Mul(vg, vs), out + o);
+      if (kOut) PutF32<kStream>(d, MulRounded(vg, vs), out + o);
     }
   }
   if (kOut) {
     // ScaleRow stores every whole vector with vector code and only the rest element by element.
-    for (; j + kL <= n; j += kL) PutF32<kStream>(d, hn::Mul(LoadF32(d, g + j), vs), out + j);
+    for (; j + kL <= n; j += kL) PutF32<kStream>(d, MulRounded(LoadF32(d, g + j), vs), out + j);
     for (; j < n; ++j) out[j] = FromF32<T>(ToF32(g[j]) * s);
   }
   if (!kDot) return 0.0f;
@@ -172,12 +172,12 @@ HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j
       }
     }
     // Vector i holds columns [i * kL, (i + 1) * kL) of the step: partial sums i % kVecs.
-    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], hn::Mul(v[i], gv[i]));
+    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], MulRounded(v[i], gv[i]));
   }
   if (p.out != nullptr) {
     const VF vs = hn::Set(d, p.s);
     for (size_t i = 0; i < kSteps; i += 2) {
-      PutPair<kStream>(hn::Mul(gv[i], vs), hn::Mul(gv[i + 1], vs), p.out + j + static_cast<int64_t>(i) * kL);
+      PutPair<kStream>(MulRounded(gv[i], vs), MulRounded(gv[i + 1], vs), p.out + j + static_cast<int64_t>(i) * kL);
     }
   }
 }
