@@ -35,7 +35,8 @@ using VF = hn::Vec<DF>;
 // operands whose product underflows (a subnormal, or zero) takes a slow path on some cores with gradual
 // underflow (about 3x the time of a bf16 scale-and-dot loop on an AMD Zen 3 core; tiny gradients, `moegrad
 // bench --values tiny`), and the FMA does not. A NaN stays a NaN (its payload, when both operands are NaNs,
-// may come from either: NaN payloads are not part of the contract).
+// may come from either: NaN payloads are not part of the contract). The scale-and-dot loops of the gradients
+// (row_ops_scale_dot-inl.h) and DotRow keep hn::Mul: see there.
 HWY_INLINE VF MulRounded(VF a, VF b) {
 #if HWY_NATIVE_FMA
   return hn::MulAdd(a, b, hn::Set(DF(), -0.0f));
@@ -250,7 +251,7 @@ HWY_INLINE float DotRow(const T* x, int64_t x_stride, const T* b, int64_t b_stri
         VF v;
         if (x && b) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
         else v = LoadF32(d, x ? x + o : b + o);
-        acc[q] = hn::Add(acc[q], MulRounded(v, LoadF32(d, g + o)));
+        acc[q] = hn::Add(acc[q], hn::Mul(v, LoadF32(d, g + o)));
       }
     }
     for (size_t q = 0; q < kVecs; ++q) hn::Store(acc[q], d, part + q * kLanes);

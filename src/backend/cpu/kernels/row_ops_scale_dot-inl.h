@@ -3,6 +3,12 @@
 // gradY row read once for both (ScaleRowDot), and for all the pairs of a token at once (ScaleDotToken). They
 // are bit-identical to ScaleRow + DotRow of row_ops-inl.h, which they replace on unit-stride rows: the same
 // products, the same 16 partial sums in the same order, the same fold.
+//
+// These loops multiply with hn::Mul, not MulRounded (row_ops-inl.h): the FMA form removed their slowdown on
+// underflowing products (DeepSeek-V3 bf16 finalize grad, --values tiny: 38% -> 54% and 50% -> 69% of copy)
+// but cost the dropless scales+bias row 10-15 points of copy on ordinary values on AMD Zen 3 (AVX2, 16
+// vector registers, which the token walk's partial sums already fill), in paired runs. Open: tiny gradients
+// still take the slow multiply here (docs/performance.md, "Speed whatever the values").
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(MOEGRAD_KERNELS_ROW_OPS_SCALE_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -65,14 +71,14 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
         VF v;
         if (kX && kB) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
         else v = LoadF32(d, kX ? x + o : b + o);
-        acc[q] = hn::Add(acc[q], MulRounded(v, vg));
+        acc[q] = hn::Add(acc[q], hn::Mul(v, vg));
       }
-      if (kOut) PutF32<kStream>(d, MulRounded(vg, vs), out + o);
+      if (kOut) PutF32<kStream>(d, hn::Mul(vg, vs), out + o);
     }
   }
   if (kOut) {
     // ScaleRow stores every whole vector with vector code and only the rest element by element.
-    for (; j + kL <= n; j += kL) PutF32<kStream>(d, MulRounded(LoadF32(d, g + j), vs), out + j);
+    for (; j + kL <= n; j += kL) PutF32<kStream>(d, hn::Mul(LoadF32(d, g + j), vs), out + j);
     for (; j < n; ++j) out[j] = FromF32<T>(ToF32(g[j]) * s);
   }
   if (!kDot) return 0.0f;
@@ -172,12 +178,12 @@ HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j
       }
     }
     // Vector i holds columns [i * kL, (i + 1) * kL) of the step: partial sums i % kVecs.
-    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], MulRounded(v[i], gv[i]));
+    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], hn::Mul(v[i], gv[i]));
   }
   if (p.out != nullptr) {
     const VF vs = hn::Set(d, p.s);
     for (size_t i = 0; i < kSteps; i += 2) {
-      PutPair<kStream>(MulRounded(gv[i], vs), MulRounded(gv[i + 1], vs), p.out + j + static_cast<int64_t>(i) * kL);
+      PutPair<kStream>(hn::Mul(gv[i], vs), hn::Mul(gv[i + 1], vs), p.out + j + static_cast<int64_t>(i) * kL);
     }
   }
 }
