@@ -5,6 +5,9 @@
 //
 //   moegrad_bench --benchmark_filter='finalize-routing-v2-grad/.*/bf16/deepseek-v3'
 //
+// The bf16 rows at a preset's default tokens also run with tiny inputs (name suffix /values:tiny; compare with
+// the same name without it): a kernel whose speed depended on the values would show there.
+//
 // Threads: MOEGRAD_NUM_THREADS (default every CPU).
 #include <benchmark/benchmark.h>
 
@@ -43,11 +46,11 @@ struct Precision {
 };
 
 Cached& CachedProblem(const std::string& name, const BenchRow& row, const Shape& shape, Precision precision,
-                      std::string* error) {
+                      InputValues values, std::string* error) {
   static Cached cache;
   if (cache.name != name) {
     cache = Cached();
-    cache.problem = row.make(shape, precision.tokens, precision.weights, 7);
+    cache.problem = row.make(shape, precision.tokens, precision.weights, 7, values);
     moegrad::Plan plan;
     const Status s = cache.problem->Plan(&plan);
     if (!s.ok()) *error = s.message();
@@ -59,9 +62,9 @@ Cached& CachedProblem(const std::string& name, const BenchRow& row, const Shape&
 }
 
 void RunOperator(benchmark::State& state, const std::string& name, const BenchRow& row, Shape shape,
-                 Precision precision) {
+                 Precision precision, InputValues values = InputValues::kNormal) {
   std::string error;
-  Cached& c = CachedProblem(name, row, shape, precision, &error);
+  Cached& c = CachedProblem(name, row, shape, precision, values, &error);
   if (!error.empty()) {
     state.SkipWithError(error.c_str());
     return;
@@ -128,6 +131,24 @@ void RegisterAll() {
             RunOperator(st, name, row, shape, precision);
           })->UseRealTime()->Unit(tokens >= 128 ? benchmark::kMillisecond : benchmark::kMicrosecond);
         }
+      }
+    }
+    // Value-independent speed: bf16 at the preset's default tokens with tiny inputs (products underflow fp32,
+    // as tiny gradients do; `moegrad bench --values tiny`), next to the rows above with normal values.
+    {
+      Shape shape;
+      shape.tokens = preset.default_tokens;
+      shape.hidden = preset.hidden;
+      shape.experts = preset.experts;
+      shape.topk = preset.topk;
+      shape.capacity = DefaultCapacity(shape.tokens, preset.experts, preset.topk);
+      const Precision bf16{DType::kBFloat16, DType::kBFloat16};
+      for (const BenchRow& row : BenchRows()) {
+        const std::string name = Sanitize(std::string(row.key) + "/" + row.mode + "/bf16/" + preset.name +
+                                          "/T:" + std::to_string(shape.tokens) + "/values:tiny");
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+          RunOperator(st, name, row, shape, bf16, InputValues::kTiny);
+        })->UseRealTime()->Unit(benchmark::kMillisecond);
       }
     }
     // The fixed cost of a call: the preset's routing (E, K, C) at 16 and at 1024 tokens with H = 16, so that

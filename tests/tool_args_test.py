@@ -3,24 +3,31 @@
 and exit status 2 before anything runs (no benchmark, no --json file), never a crash or an uncaught exception;
 a bad MOEGRAD_NUM_THREADS is one warning and the default thread count. Usage: tool_args_test.py PATH/moegrad.
 
-Each case: the arguments ("{json}" stands for a --json path in a fresh temporary folder, which must still not
-exist afterwards when the case fails), extra environment, the expected exit status and a substring of stderr.
-A failing case must also print exactly one line on stderr and finish in a few seconds. Last, an allocation that
+Each case: the arguments ("{json}" stands for a --json path and "{svg}" for a --plot path in a fresh temporary
+folder, which must still not exist afterwards when the case fails), extra environment, the expected exit status and a substring of stderr.
+A failing case must also print exactly one line on stderr and finish in a few seconds. A small --sweep with
+--values tiny must write a well-formed SVG (parsed with xml.etree: a line per row and one for the copy rate) and
+a JSON document with one report per size. Last, an allocation that
 fails in spite of the up-front checks (a small RLIMIT_AS) must be the one line "moegrad: out of memory".
 """
 
+import json
 import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 
 MAX_THREADS = 4096
 THREADS_RULE = "must be an integer in 1..4096, not "
 TOKENS_RULE = "--tokens must be an integer in 1..9223372036854775807, not "
 SECONDS_RULE = "--seconds must be a number in 0..1000000, not "
 SEED_RULE = "--seed must be an integer in 0..18446744073709551615, not "
+VALUES_RULE = "--values must be tiny, normal or mixed, not "
+SWEEP_RULE = "--sweep must be tokens=N,N,... (1 to 32 different integers in 1..9223372036854775807), not "
+PLOT_RULE = "--plot must be a file name ending in .svg, not "
 FAST_S = 5.0  # a refused command line runs nothing: far less than any benchmark or self-test
 
 # The default thread count: every CPU the process may use (as the library counts them), at most 4096.
@@ -104,6 +111,43 @@ BAD = [
      "moegrad: --json /nonexistent-dir/x.json: No such file or directory"),
     (["--json", "/"], {}, 2, "moegrad: --json /: Is a directory"),
     (["bench", "--json", ""], {}, 2, "--json must be non-empty, not ''"),
+    # --values: the magnitudes of the inputs
+    (["bench", "--values", "small", "--json", "{json}"], {}, 2, VALUES_RULE + "'small'"),
+    (["--values", "", "--json", "{json}"], {}, 2, "--values must be non-empty, not ''"),
+    (["--values", "tiny,normal"], {}, 2, VALUES_RULE + "'tiny,normal'"),
+    (["bench", "--values"], {}, 2, "--values needs a value"),
+    (["check", "--values", "tiny"], {}, 2, "check does not take --values"),
+    (["info", "--values", "normal"], {}, 2, "info does not take --values"),
+    # --sweep: tokens=N,N,... with each N >= 1, different, at most 32 of them; not with --tokens
+    (["bench", "--sweep", "1,16", "--json", "{json}"], {}, 2, SWEEP_RULE + "'1,16'"),
+    (["--sweep", "tokens=", "--json", "{json}"], {}, 2, SWEEP_RULE + "'tokens='"),
+    (["--sweep", "tokens=0,16"], {}, 2, SWEEP_RULE + "'tokens=0,16'"),
+    (["--sweep", "tokens=-1"], {}, 2, SWEEP_RULE + "'tokens=-1'"),
+    (["--sweep", "tokens=1,,16"], {}, 2, SWEEP_RULE + "'tokens=1,,16'"),
+    (["--sweep", "tokens=1,16,"], {}, 2, SWEEP_RULE + "'tokens=1,16,'"),
+    (["--sweep", "tokens=1,1"], {}, 2, SWEEP_RULE + "'tokens=1,1'"),
+    (["--sweep", "tokens=1e3"], {}, 2, SWEEP_RULE + "'tokens=1e3'"),
+    (["--sweep", "tokens=99999999999999999999"], {}, 2, SWEEP_RULE + "'tokens=99999999999999999999'"),
+    (["--sweep", "tokens=" + ",".join(str(n) for n in range(1, 34))], {}, 2, SWEEP_RULE + "'tokens=1,2,3,"),
+    (["--sweep", "experts=1,2"], {}, 2, SWEEP_RULE + "'experts=1,2'"),
+    (["bench", "--sweep"], {}, 2, "--sweep needs a value"),
+    (["check", "--sweep", "tokens=1"], {}, 2, "check does not take --sweep"),
+    (["--sweep", "tokens=1,16", "--tokens", "8", "--json", "{json}", "--plot", "{svg}"], {}, 2,
+     "moegrad: --sweep and --tokens do not go together"),
+    (["--sweep", "tokens=1,1000000000000", "--json", "{json}", "--plot", "{svg}"], {}, 2,
+     "moegrad: --sweep tokens 1000000000000 needs "),
+    # --plot: an SVG file, only with a sweep, opened before the run
+    (["--sweep", "tokens=1", "--plot", "chart.png"], {}, 2, PLOT_RULE + "'chart.png'"),
+    (["--sweep", "tokens=1", "--plot", ".svg"], {}, 2, PLOT_RULE + "'.svg'"),
+    (["--sweep", "tokens=1", "--plot", ""], {}, 2, "--plot must be non-empty, not ''"),
+    (["bench", "--plot", "{svg}", "--json", "{json}"], {}, 2, "moegrad: --plot needs --sweep"),
+    (["--tokens", "8", "--plot", "{svg}"], {}, 2, "moegrad: --plot needs --sweep"),
+    (["bench", "--plot"], {}, 2, "--plot needs a value"),
+    (["info", "--plot", "{svg}"], {}, 2, "info does not take --plot"),
+    (["--sweep", "tokens=1", "--plot", "/nonexistent-dir/x.svg"], {}, 2,
+     "moegrad: --plot /nonexistent-dir/x.svg: No such file or directory"),
+    (["--sweep", "tokens=1", "--values", "tiny", "--preset", "nope", "--plot", "{svg}"], {}, 2,
+     "unknown preset 'nope'"),
     # one command only
     (["bench", "check"], {}, 2, "more than one command (bench, check)"),
     (["check", "check"], {}, 2, "more than one command (check, check)"),
@@ -133,7 +177,13 @@ GOOD = [
     # ... and runs the token dtypes only with --dtype all
     (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--op", "init-routing-v2-grad", "--json", "{json}"], {},
      0, None, "MoeInitRoutingV2Grad"),
+    # --values: every row still verified against the reference, the kind named in the table
+    (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "bf16", "--op", "finalize-routing-v2-grad",
+      "--values", "tiny", "--json", "{json}"], {}, 0, None, ", tiny values, "),
+    (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "f16", "--op", "token-unpermute-with-routing-map",
+      "--values", "MIXED"], {}, 0, None, ", mixed values, "),
     (["--help"], {}, 0, "", "--threads N             worker threads, 1..4096"),
+    (["--help"], {}, 0, "", "--values tiny|normal|mixed"),
     (["--version"], {}, 0, "", "moegrad "),
 ]
 
@@ -141,7 +191,8 @@ GOOD = [
 def run(tool, args, env_extra, json_path, address_space=None):
     env = {k: v for k, v in os.environ.items() if k != "MOEGRAD_NUM_THREADS"}
     env.update(env_extra)
-    argv = [tool] + [a.replace("{json}", json_path) for a in args]
+    svg_path = os.path.join(os.path.dirname(json_path), "out.svg")
+    argv = [tool] + [a.replace("{json}", json_path).replace("{svg}", svg_path) for a in args]
 
     def limit():
         if address_space is not None:
@@ -164,11 +215,57 @@ def describe(args, env):
     return " ".join(["%s=%s" % kv for kv in env.items()] + ["moegrad"] + [repr(a) if a == "" else a for a in args])
 
 
+def check_sweep(tool, json_path, svg_path):
+    """A small sweep of two rows at two sizes with tiny values: the table, the JSON and the SVG."""
+    args = ["bench", "--preset", "mixtral-8x7b", "--dtype", "bf16", "--op", "finalize-routing-v2-grad",
+            "--values", "tiny", "--sweep", "tokens=1,16", "--json", "{json}", "--plot", "{svg}"]
+    p, _ = run(tool, args, {}, json_path)
+    name = describe(args, {})
+    if p.returncode != 0:
+        return ["%s: exit status %d (stderr %r)" % (name, p.returncode, p.stderr)]
+    rows = ["MoeFinalizeRoutingV2Grad dropless scales+bias bf16", "MoeFinalizeRoutingV2Grad drop-pad scales bf16"]
+    problems = []
+    for title in rows + ["tokens 1,16, tiny values", "overhead"]:
+        if title not in p.stdout:
+            problems.append("%s: stdout does not contain %r:\n%s" % (name, title, p.stdout))
+    try:
+        with open(json_path, encoding="utf-8") as f:
+            doc = json.load(f)
+        sizes = [(r["tokens"], r["values"], len(r["rows"]), all(row["verified"] for row in r["rows"]))
+                 for r in doc["sweep"]]
+        if sizes != [(1, "tiny", 2, True), (16, "tiny", 2, True)]:
+            problems.append("%s: JSON sweep (tokens, values, rows, verified) %r" % (name, sizes))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        problems.append("%s: JSON: %s" % (name, e))
+    try:
+        root = ET.parse(svg_path).getroot()
+        ns = "{http://www.w3.org/2000/svg}"
+        lines = root.findall(ns + "polyline")
+        texts = [t.text for t in root.iter(ns + "text")]
+        if root.tag != ns + "svg":
+            problems.append("%s: SVG root %r" % (name, root.tag))
+        # a line per row and one for the copy rate, each through both sizes
+        if len(lines) != 3 or any(len(l.get("points").split()) != 2 for l in lines):
+            problems.append("%s: SVG polylines %r" % (name, [l.get("points") for l in lines]))
+        for label in rows + ["1", "16"]:
+            if label not in texts:
+                problems.append("%s: SVG has no text %r (%r)" % (name, label, texts))
+        if not any(t and t.startswith("copy rate") for t in texts):
+            problems.append("%s: SVG has no copy-rate legend (%r)" % (name, texts))
+    except (OSError, ET.ParseError) as e:
+        problems.append("%s: SVG: %s" % (name, e))
+    for path in (json_path, svg_path):
+        if os.path.exists(path):
+            os.remove(path)
+    return problems
+
+
 def main():
     tool = sys.argv[1]
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         json_path = os.path.join(tmp, "out.json")
+        svg_path = os.path.join(tmp, "out.svg")
         for args, env, status, expect in BAD:
             p, seconds = run(tool, args, env, json_path)
             name = describe(args, env)
@@ -181,10 +278,13 @@ def main():
                 failures.append("%s: stderr %r does not contain %r" % (name, lines[0], expect))
             elif os.path.exists(json_path):
                 failures.append("%s: wrote %s" % (name, json_path))
+            elif os.path.exists(svg_path):
+                failures.append("%s: wrote %s" % (name, svg_path))
             elif seconds > FAST_S:
                 failures.append("%s: took %.1f s to refuse its arguments" % (name, seconds))
-            if os.path.exists(json_path):
-                os.remove(json_path)
+            for path in (json_path, svg_path):
+                if os.path.exists(path):
+                    os.remove(path)
         for args, env, status, expect_err, expect_out in GOOD:
             p, _ = run(tool, args, env, json_path)
             name = describe(args, env)
@@ -202,7 +302,8 @@ def main():
                 os.remove(json_path)
         # An allocation that fails anyway (here: 200 MiB of address space for info's 2 x 256 MiB copy) is
         # one line and exit status 1, not an uncaught std::bad_alloc. One thread: no thread stacks to map.
-        ran = len(BAD) + len(GOOD)
+        ran = len(BAD) + len(GOOD) + 1
+        failures += check_sweep(tool, json_path, svg_path)
         if not sanitized(tool):
             ran += 1
             p, _ = run(tool, ["info", "--threads", "1"], {}, json_path, address_space=200 << 20)

@@ -101,9 +101,9 @@ struct CopyPair {
   AlignedBuffer src, dst;
 };
 
-bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precision, uint64_t seed,
-                const CopyPair& copy, BenchResult* r, std::string* error) {
-  std::unique_ptr<Problem> p = row.make(shape, precision.tokens, precision.weights, seed);
+bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precision, InputValues values,
+                uint64_t seed, const CopyPair& copy, BenchResult* r, std::string* error) {
+  std::unique_ptr<Problem> p = row.make(shape, precision.tokens, precision.weights, seed, values);
   r->op = row.op;
   r->key = row.key;
   r->mode = row.mode;
@@ -187,34 +187,45 @@ int RunBench(const BenchOptions& o) {
     return 2;
   }
 
-  BenchReport report;
-  report.preset = preset->name;
-  Shape& shape = report.shape;
-  shape.tokens = o.tokens > 0 ? o.tokens : preset->default_tokens;
-  shape.hidden = preset->hidden;
-  shape.experts = preset->experts;
-  shape.topk = preset->topk;
+  InputValues values = InputValues::kNormal;
+  if (!ParseInputValues(o.values.c_str(), &values)) {
+    std::fprintf(stderr, "moegrad bench: --values must be tiny, normal or mixed, not '%s'\n", o.values.c_str());
+    return 2;
+  }
+  const bool sweep = !o.sweep.empty();
+  const std::vector<int64_t> sizes = sweep ? o.sweep : std::vector<int64_t>{o.tokens > 0 ? o.tokens : preset->default_tokens};
 
   // A size that cannot be allocated is refused before anything runs (not a std::bad_alloc, or the OOM killer,
   // after minutes of benchmark).
   uint64_t elem = 2;
   for (const Precision& p : precisions) elem = std::max<uint64_t>(elem, ElementSize(p.tokens));
-  uint64_t need = 0;
-  const bool representable = BenchBytes(shape, elem, &need);
   const uint64_t have = AvailableMemory();
-  if (!representable || need > have) {
-    const std::string needed =
-        representable ? Format("%.1f", static_cast<double>(need) / (1 << 30)) : "more than 17179869184";
-    if (o.tokens > 0) {
-      std::fprintf(stderr, "moegrad: --tokens %lld needs %s GiB, have %.1f GiB\n", static_cast<long long>(o.tokens),
+  std::vector<BenchReport> reports(sizes.size());
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    BenchReport& report = reports[k];
+    report.preset = preset->name;
+    report.values = InputValuesName(values);
+    Shape& shape = report.shape;
+    shape.tokens = sizes[k];
+    shape.hidden = preset->hidden;
+    shape.experts = preset->experts;
+    shape.topk = preset->topk;
+    uint64_t need = 0;
+    const bool representable = BenchBytes(shape, elem, &need);
+    if (!representable || need > have) {
+      const std::string needed =
+          representable ? Format("%.1f", static_cast<double>(need) / (1 << 30)) : "more than 17179869184";
+      if (sweep || o.tokens > 0) {
+        std::fprintf(stderr, "moegrad: %s %lld needs %s GiB, have %.1f GiB\n", sweep ? "--sweep tokens" : "--tokens",
+                     static_cast<long long>(shape.tokens), needed.c_str(), static_cast<double>(have) / (1 << 30));
+        return 2;
+      }
+      std::fprintf(stderr, "moegrad: bench --preset %s needs %s GiB, have %.1f GiB\n", preset->name,
                    needed.c_str(), static_cast<double>(have) / (1 << 30));
-      return 2;
+      return 1;
     }
-    std::fprintf(stderr, "moegrad: bench --preset %s needs %s GiB, have %.1f GiB\n", preset->name, needed.c_str(),
-                 static_cast<double>(have) / (1 << 30));
-    return 1;
+    shape.capacity = DefaultCapacity(shape.tokens, shape.experts, shape.topk);
   }
-  shape.capacity = DefaultCapacity(shape.tokens, shape.experts, shape.topk);
 
   // Opened (and truncated) now, so that a path that cannot be written fails before the run, not after it.
   std::unique_ptr<FILE, int (*)(FILE*)> json(nullptr, std::fclose);
@@ -225,40 +236,69 @@ int RunBench(const BenchOptions& o) {
       return 2;
     }
   }
+  std::unique_ptr<FILE, int (*)(FILE*)> plot(nullptr, std::fclose);
+  if (!o.plot.empty()) {
+    plot.reset(std::fopen(o.plot.c_str(), "w"));
+    if (plot == nullptr) {
+      std::fprintf(stderr, "moegrad: --plot %s: %s\n", o.plot.c_str(), std::strerror(errno));
+      return 2;
+    }
+  }
 
-  report.threads = NumThreads();
-  std::fprintf(stderr, "moegrad bench: measuring copy bandwidth with %d threads\n", report.threads);
-  report.copy_bytes_per_second = CopyBandwidth(report.threads);
+  const int threads = NumThreads();
+  std::fprintf(stderr, "moegrad bench: measuring copy bandwidth with %d threads\n", threads);
+  const double copy_bytes_per_second = CopyBandwidth(threads);
 
   const CopyPair copy;
   int index = 0;
   bool all_ok = true;
-  for (const BenchRow* row : rows) {
-    for (const Precision& precision : precisions) {
-      if (!runs(*row, precision)) continue;
-      ++index;
-      const std::string name = PrecisionName(precision.tokens, precision.weights);
-      std::fprintf(stderr, "moegrad bench: [%d/%d] %s %s %s\n", index, total, row->op, row->mode, name.c_str());
-      BenchResult r;
-      std::string error;
-      const bool ran = MeasureRow(*row, shape, precision, 1000 + static_cast<uint64_t>(index), copy, &r, &error);
-      if (!ran) {
-        std::fprintf(stderr, "moegrad bench: %s %s %s failed: %s\n", row->op, row->mode, name.c_str(),
-                     error.c_str());
-        r.verified = false;
-        r.error = error;
-      } else if (!r.verified) {
-        std::fprintf(stderr, "moegrad bench: %s %s %s does not match the reference: %s\n", row->op, row->mode,
-                     name.c_str(), error.c_str());
+  for (BenchReport& report : reports) {
+    report.threads = threads;
+    report.copy_bytes_per_second = copy_bytes_per_second;
+    int row_index = 0;
+    for (const BenchRow* row : rows) {
+      for (const Precision& precision : precisions) {
+        if (!runs(*row, precision)) continue;
+        ++index;
+        ++row_index;
+        const std::string name = PrecisionName(precision.tokens, precision.weights);
+        std::fprintf(stderr, "moegrad bench: [%d/%d] %s %s %s%s\n", index, total * static_cast<int>(reports.size()),
+                     row->op, row->mode, name.c_str(),
+                     sweep ? Format(" T=%lld", static_cast<long long>(report.shape.tokens)).c_str() : "");
+        BenchResult r;
+        std::string error;
+        // The seed of a row is the same at every size (and the same as without --sweep).
+        const bool ran = MeasureRow(*row, report.shape, precision, values, 1000 + static_cast<uint64_t>(row_index),
+                                    copy, &r, &error);
+        if (!ran) {
+          std::fprintf(stderr, "moegrad bench: %s %s %s failed: %s\n", row->op, row->mode, name.c_str(),
+                       error.c_str());
+          r.verified = false;
+          r.error = error;
+        } else if (!r.verified) {
+          std::fprintf(stderr, "moegrad bench: %s %s %s does not match the reference: %s\n", row->op, row->mode,
+                       name.c_str(), error.c_str());
+        }
+        all_ok = all_ok && r.verified;
+        report.rows.push_back(r);
       }
-      all_ok = all_ok && r.verified;
-      report.rows.push_back(r);
     }
   }
 
-  PrintBenchTable(report, stdout);
+  if (sweep) {
+    PrintSweepTable(reports, stdout);
+  } else {
+    PrintBenchTable(reports[0], stdout);
+  }
+  if (plot != nullptr) {
+    const bool written = WriteSweepSvg(reports, plot.get());
+    if (std::fclose(plot.release()) != 0 || !written) {
+      std::fprintf(stderr, "moegrad bench: cannot write %s: %s\n", o.plot.c_str(), std::strerror(errno));
+      return 1;
+    }
+  }
   if (json != nullptr) {
-    const bool written = WriteBenchJson(report, json.get());
+    const bool written = sweep ? WriteSweepJson(reports, json.get()) : WriteBenchJson(reports[0], json.get());
     if (std::fclose(json.release()) != 0 || !written) {
       std::fprintf(stderr, "moegrad bench: cannot write %s: %s\n", o.json.c_str(), std::strerror(errno));
       return 1;

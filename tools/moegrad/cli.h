@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace moegrad::tool {
 
@@ -12,6 +13,9 @@ struct BenchOptions {
   std::string dtype = "all";
   std::string op = "all";
   std::string json;         // write the rows here when not empty
+  std::string values = "normal";  // tiny, normal or mixed: the magnitudes of the float inputs
+  std::vector<int64_t> sweep;     // --sweep tokens=...: one run per size (empty: one run at `tokens`)
+  std::string plot;               // --plot FILE.svg: the sweep's GB/s against tokens (needs a sweep)
 };
 int RunBench(const BenchOptions& options);
 

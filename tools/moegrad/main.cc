@@ -1,5 +1,7 @@
 // moegrad: benchmarks (`bench`, the default), a randomized self-test against the reference (`check`) and
 // a description of the machine as moegrad sees it (`info`).
+#include <strings.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +20,8 @@
 
 namespace moegrad::tool {
 namespace {
+
+constexpr int kMaxSweepSizes = 32;  // token counts of one --sweep
 
 void PrintUsage(FILE* f) {
   std::fprintf(f,
@@ -50,6 +54,15 @@ void PrintUsage(FILE* f) {
   std::fprintf(f,
                "\n"
                "    --json FILE           also write the rows as JSON (FILE is opened before the run)\n"
+               "    --values tiny|normal|mixed\n"
+               "                          magnitudes of the float inputs (default normal: |v| < 1); tiny: scaled\n"
+               "                          by 2^-70 (f16: 2^-14, its subnormals), so that products underflow fp32\n"
+               "                          as tiny gradients do; mixed: each element normal or tiny at random\n"
+               "    --sweep tokens=N,N,...\n"
+               "                          one run per token count (each N >= 1, at most %d, instead of --tokens):\n"
+               "                          a table per row of median, GB/s, %% of copy and per-call overhead by size\n"
+               "    --plot FILE.svg       with --sweep: draw GB/s against tokens, one line per row and the copy\n"
+               "                          rate as a dashed line (an SVG file, opened before the run)\n"
                "          drop-and-pad rows use capacity C = ceil(T*K/E) (capacity factor 1.0)\n"
                "  check   randomized differential test of every operator, mode, dtype, optional input and\n"
                "          layout against the reference, including invalid-index cases; exit 0 only if all pass\n"
@@ -62,7 +75,7 @@ void PrintUsage(FILE* f) {
                "                          else every CPU)\n"
                "  --help                  this text\n"
                "  --version               the version\n",
-               kMaxThreads);
+               kMaxSweepSizes, kMaxThreads);
 }
 
 // The subcommands each option belongs to (as --help lists them).
@@ -74,6 +87,7 @@ struct OptionSpec {
 };
 constexpr OptionSpec kOptions[] = {
     {"--preset", kBench}, {"--tokens", kBench}, {"--dtype", kBench}, {"--json", kBench},
+    {"--values", kBench}, {"--sweep", kBench}, {"--plot", kBench},
     {"--op", kBench | kCheck}, {"--seconds", kCheck}, {"--seed", kCheck}, {"--threads", kEvery},
 };
 
@@ -116,6 +130,35 @@ bool ParseNumber(const char* s, double lo, double hi, double* out) {
 }
 
 constexpr double kMaxSeconds = 1e6;  // about 11 days
+
+// "tokens=N,N,...": 1..kMaxSweepSizes distinct token counts, each an integer >= 1, kept in the given order.
+bool ParseSweep(const char* s, std::vector<int64_t>* out) {
+  static constexpr char kPrefix[] = "tokens=";
+  if (std::strncmp(s, kPrefix, sizeof(kPrefix) - 1) != 0) return false;
+  std::string rest = s + sizeof(kPrefix) - 1;
+  std::vector<int64_t> sizes;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = rest.find(',', start);
+    const std::string item = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    int64_t n = 0;
+    if (!ParseInt(item.c_str(), 1, INT64_MAX, &n) || item[0] == '-') return false;
+    for (int64_t m : sizes) {
+      if (m == n) return false;
+    }
+    sizes.push_back(n);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (sizes.empty() || sizes.size() > kMaxSweepSizes) return false;
+  *out = sizes;
+  return true;
+}
+
+bool EndsWith(const std::string& s, const char* tail) {
+  const size_t n = std::strlen(tail);
+  return s.size() > n && strcasecmp(s.c_str() + s.size() - n, tail) == 0;
+}
 
 int Main(int argc, char** argv) {
   std::string command;
@@ -177,6 +220,19 @@ int Main(int argc, char** argv) {
       bench.op = check.op = v;
     } else if (arg == "--json") {
       bench.json = v;
+    } else if (arg == "--values") {
+      bench.values = v;
+      if (strcasecmp(v, "tiny") != 0 && strcasecmp(v, "normal") != 0 && strcasecmp(v, "mixed") != 0) {
+        rule = "tiny, normal or mixed";
+      }
+    } else if (arg == "--sweep") {
+      if (!ParseSweep(v, &bench.sweep)) {
+        rule = "tokens=N,N,... (1 to " + std::to_string(kMaxSweepSizes) + " different integers in 1.." +
+               std::to_string(INT64_MAX) + ")";
+      }
+    } else if (arg == "--plot") {
+      bench.plot = v;
+      if (!EndsWith(bench.plot, ".svg")) rule = "a file name ending in .svg";
     }
     if (!rule.empty()) {
       std::fprintf(stderr, "moegrad: %s must be %s, not '%s'\n", arg.c_str(), rule.c_str(), v);
@@ -190,6 +246,20 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "moegrad: %s does not take %s (see moegrad --help)\n", command.c_str(), spec->name);
       return 2;
     }
+  }
+  bool has_tokens = false, has_sweep = false, has_plot = false;
+  for (const OptionSpec* spec : given) {
+    has_tokens = has_tokens || std::strcmp(spec->name, "--tokens") == 0;
+    has_sweep = has_sweep || std::strcmp(spec->name, "--sweep") == 0;
+    has_plot = has_plot || std::strcmp(spec->name, "--plot") == 0;
+  }
+  if (has_tokens && has_sweep) {
+    std::fprintf(stderr, "moegrad: --sweep and --tokens do not go together (the sweep names the token counts)\n");
+    return 2;
+  }
+  if (has_plot && !has_sweep) {
+    std::fprintf(stderr, "moegrad: --plot needs --sweep (it draws GB/s against the sweep's token counts)\n");
+    return 2;
   }
   if (threads > 0) {
     SetNumThreads(static_cast<int>(threads));

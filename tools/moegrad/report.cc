@@ -1,6 +1,8 @@
 #include "tools/moegrad/report.h"
 
 #include <algorithm>
+#include <cmath>
+#include <iterator>
 
 #include "moegrad/plan.hpp"
 #include "tools/moegrad/common/model_presets.h"
@@ -20,9 +22,9 @@ double SameSizeCopyPercent(const BenchResult& b) {
 
 void PrintBenchTable(const BenchReport& r, FILE* out) {
   const Shape& s = r.shape;
-  std::fprintf(out, "moegrad %s bench: %s, %s (drop-pad C=%lld), %d threads, %s\n", Version(), r.preset.c_str(),
-               ShapeString(s.tokens, s.hidden, s.experts, s.topk, 0).c_str(), static_cast<long long>(s.capacity),
-               r.threads, SimdTarget());
+  std::fprintf(out, "moegrad %s bench: %s, %s (drop-pad C=%lld), %s values, %d threads, %s\n", Version(),
+               r.preset.c_str(), ShapeString(s.tokens, s.hidden, s.experts, s.topk, 0).c_str(),
+               static_cast<long long>(s.capacity), r.values.c_str(), r.threads, SimdTarget());
   std::fprintf(out, "copy bandwidth (memcpy, read + write): %.1f GB/s\n\n", r.copy_bytes_per_second * 1e-9);
   size_t w_op = 8, w_mode = 4, w_dtype = 5, w_shape = 5;
   for (const BenchResult& b : r.rows) {
@@ -73,14 +75,17 @@ std::string JsonString(const std::string& s) {
 
 }  // namespace
 
-bool WriteBenchJson(const BenchReport& r, FILE* f) {
+namespace {
+
+// One report as a JSON object (no newline after its closing brace).
+void WriteReportObject(const BenchReport& r, FILE* f) {
   const Shape& s = r.shape;
   std::fprintf(f,
                "{\n  \"version\": %s,\n  \"simd_target\": %s,\n  \"threads\": %d,\n  \"preset\": %s,\n"
-               "  \"tokens\": %lld,\n  \"hidden\": %lld,\n  \"experts\": %lld,\n  \"topk\": %lld,\n"
+               "  \"values\": %s,\n  \"tokens\": %lld,\n  \"hidden\": %lld,\n  \"experts\": %lld,\n  \"topk\": %lld,\n"
                "  \"capacity\": %lld,\n  \"copy_gbps\": %.4f,\n  \"rows\": [",
                JsonString(Version()).c_str(), JsonString(SimdTarget()).c_str(), r.threads,
-               JsonString(r.preset).c_str(), static_cast<long long>(s.tokens), static_cast<long long>(s.hidden),
+               JsonString(r.preset).c_str(), JsonString(r.values).c_str(), static_cast<long long>(s.tokens), static_cast<long long>(s.hidden),
                static_cast<long long>(s.experts), static_cast<long long>(s.topk), static_cast<long long>(s.capacity),
                r.copy_bytes_per_second * 1e-9);
   for (size_t i = 0; i < r.rows.size(); ++i) {
@@ -99,7 +104,213 @@ bool WriteBenchJson(const BenchReport& r, FILE* f) {
                  SameSizeCopyPercent(b), b.verified ? "true" : "false",
                  b.error.empty() ? "" : (", \"error\": " + JsonString(b.error)).c_str());
   }
-  std::fprintf(f, "\n  ]\n}\n");
+  std::fprintf(f, "\n  ]\n}");
+}
+
+}  // namespace
+
+bool WriteBenchJson(const BenchReport& r, FILE* f) {
+  WriteReportObject(r, f);
+  std::fprintf(f, "\n");
+  return std::fflush(f) == 0 && !std::ferror(f);
+}
+
+bool WriteSweepJson(const std::vector<BenchReport>& reports, FILE* f) {
+  std::fprintf(f, "{\"sweep\": [\n");
+  for (size_t k = 0; k < reports.size(); ++k) {
+    if (k) std::fprintf(f, ",\n");
+    WriteReportObject(reports[k], f);
+  }
+  std::fprintf(f, "\n]}\n");
+  return std::fflush(f) == 0 && !std::ferror(f);
+}
+
+namespace {
+
+double Gbps(const BenchResult& b) { return b.seconds > 0 ? static_cast<double>(b.bytes) / b.seconds * 1e-9 : 0.0; }
+
+// The least bytes of the call at the paired copy rate: what the call would take if it only moved its bytes.
+double BytesSeconds(const BenchResult& b) {
+  return b.paired_copy_bytes_per_second > 0 ? static_cast<double>(b.bytes) / b.paired_copy_bytes_per_second : 0.0;
+}
+
+std::string RowTitle(const BenchResult& b) { return b.op + " " + b.mode + " " + b.dtype; }
+
+// Text for an SVG element: the five characters XML reserves escaped.
+std::string XmlText(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// The median of the paired copy rates of a report's rows (GB/s), 0 when none.
+double ReportCopyGbps(const BenchReport& r) {
+  std::vector<double> v;
+  for (const BenchResult& b : r.rows) {
+    if (b.paired_copy_bytes_per_second > 0) v.push_back(b.paired_copy_bytes_per_second * 1e-9);
+  }
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// A round step (1, 2 or 5 times a power of ten) giving about `ticks` intervals over [0, top].
+double NiceStep(double top, int ticks) {
+  const double raw = top / ticks;
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0}) {
+    if (m * p >= raw) return m * p;
+  }
+  return 10.0 * p;
+}
+
+}  // namespace
+
+void PrintSweepTable(const std::vector<BenchReport>& reports, FILE* out) {
+  if (reports.empty()) return;
+  const BenchReport& first = reports.front();
+  const Shape& s = first.shape;
+  std::string sizes;
+  for (const BenchReport& r : reports) sizes += (sizes.empty() ? "" : ",") + std::to_string(r.shape.tokens);
+  std::fprintf(out, "moegrad %s bench sweep: %s, H=%lld E=%lld K=%lld, tokens %s, %s values, %d threads, %s\n",
+               Version(), first.preset.c_str(), static_cast<long long>(s.hidden), static_cast<long long>(s.experts),
+               static_cast<long long>(s.topk), sizes.c_str(), first.values.c_str(), first.threads, SimdTarget());
+  std::fprintf(out, "copy bandwidth (memcpy, read + write): %.1f GB/s\n", first.copy_bytes_per_second * 1e-9);
+  for (size_t i = 0; i < first.rows.size(); ++i) {
+    std::fprintf(out, "\n%s\n", RowTitle(first.rows[i]).c_str());
+    std::fprintf(out, "  %8s  %6s  %11s  %8s  %7s  %11s  %11s  %11s  %s\n", "tokens", "C", "median", "GB/s", "% copy",
+                 "% copy@size", "bytes' time", "overhead", "verified");
+    for (const BenchReport& r : reports) {
+      if (i >= r.rows.size()) continue;
+      const BenchResult& b = r.rows[i];
+      if (!b.error.empty() && b.seconds == 0.0) {
+        std::fprintf(out, "  %8lld  %6lld  %11s  %8s  %7s  %11s  %11s  %11s  %s\n",
+                     static_cast<long long>(r.shape.tokens), static_cast<long long>(r.shape.capacity), "-", "-", "-",
+                     "-", "-", "-", "FAIL (error)");
+        continue;
+      }
+      const double own = BytesSeconds(b);
+      const double over = b.seconds - own;
+      std::fprintf(out, "  %8lld  %6lld  %11s  %8.1f  %6.0f%%  %10.0f%%  %11s  %11s  %s\n",
+                   static_cast<long long>(r.shape.tokens), static_cast<long long>(r.shape.capacity),
+                   FormatSeconds(b.seconds).c_str(), Gbps(b), b.pct_copy, SameSizeCopyPercent(b),
+                   FormatSeconds(own).c_str(), (over < 0 ? "-" + FormatSeconds(-over) : FormatSeconds(over)).c_str(),
+                   b.verified ? "ok" : "FAIL");
+    }
+  }
+  std::fprintf(out,
+               "\nColumns as in the table of one size (bench/README.md); C = drop-and-pad capacity ceil(T*K/E).\n"
+               "bytes' time = the operator's least bytes at the paired copy rate; overhead = median - bytes' time\n"
+               "(the per-call cost beyond moving the bytes: planning, thread start-up, index work).\n");
+}
+
+bool WriteSweepSvg(const std::vector<BenchReport>& reports, FILE* f) {
+  constexpr double kWidth = 1060;
+  constexpr double kLeft = 70, kTop = 40, kPlotW = 520, kPlotH = 440;
+  static const char* const kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                                        "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  constexpr int kDashes = 3;  // line styles, cycled after the colours
+  static const char* const kDash[kDashes] = {"", " stroke-dasharray=\"6 3\"", " stroke-dasharray=\"2 2\""};
+  if (reports.empty()) return false;
+  const BenchReport& first = reports.front();
+  // Tall enough for the legend: a line per row and one for the copy rate.
+  const double height = std::max(560.0, kTop + 18.0 * static_cast<double>(first.rows.size() + 1) + 20);
+  double lo = static_cast<double>(reports.front().shape.tokens), hi = lo, top = 0.0;
+  for (const BenchReport& r : reports) {
+    lo = std::min(lo, static_cast<double>(r.shape.tokens));
+    hi = std::max(hi, static_cast<double>(r.shape.tokens));
+    top = std::max(top, ReportCopyGbps(r));
+    for (const BenchResult& b : r.rows) top = std::max(top, Gbps(b));
+  }
+  const double llo = std::log10(lo), lhi = hi > lo ? std::log10(hi) : llo + 1.0;
+  if (top <= 0) top = 1.0;
+  const double step = NiceStep(top * 1.05, 6);
+  const double ymax = std::ceil(top * 1.05 / step) * step;
+  auto px = [&](double tokens) { return kLeft + (std::log10(tokens) - llo) / (lhi - llo) * kPlotW; };
+  auto py = [&](double gbps) { return kTop + kPlotH - gbps / ymax * kPlotH; };
+
+  std::fprintf(f,
+               "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+               kWidth, height, kWidth, height);
+  const Shape& s = first.shape;
+  const std::string title = Format("moegrad %s: %s (H=%lld E=%lld K=%lld), %s values, %d threads, %s", Version(),
+                                   first.preset.c_str(), static_cast<long long>(s.hidden),
+                                   static_cast<long long>(s.experts), static_cast<long long>(s.topk),
+                                   first.values.c_str(), first.threads, SimdTarget());
+  std::fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"14\">%s</text>\n", kLeft, XmlText(title).c_str());
+  // Axes, grid and tick labels.
+  for (double y = 0; y <= ymax + step / 2; y += step) {
+    std::fprintf(f,
+                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
+                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                 kLeft, py(y), kLeft + kPlotW, py(y), kLeft - 6, py(y) + 4, y);
+  }
+  for (const BenchReport& r : reports) {
+    const double x = px(static_cast<double>(r.shape.tokens));
+    std::fprintf(f,
+                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
+                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%lld</text>\n",
+                 x, kTop, x, kTop + kPlotH, x, kTop + kPlotH + 16, static_cast<long long>(r.shape.tokens));
+  }
+  std::fprintf(f,
+               "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"black\"/>\n"
+               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">tokens T (log scale)</text>\n"
+               "<text transform=\"translate(18 %.1f) rotate(-90)\" text-anchor=\"middle\">GB/s (least bytes / median "
+               "time)</text>\n",
+               kLeft, kTop, kPlotW, kPlotH, kLeft + kPlotW / 2, kTop + kPlotH + 36, kTop + kPlotH / 2);
+  // One polyline per row (by index: every report holds the same rows), then the copy rate.
+  double legend_y = kTop + 6;
+  auto legend = [&](const std::string& label, const char* color, const char* dash, double width) {
+    std::fprintf(f,
+                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"%.1f\"%s/>\n"
+                 "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
+                 kLeft + kPlotW + 16, legend_y, kLeft + kPlotW + 40, legend_y, color, width, dash,
+                 kLeft + kPlotW + 46, legend_y + 4, XmlText(label).c_str());
+    legend_y += 18;
+  };
+  for (size_t i = 0; i < first.rows.size(); ++i) {
+    const char* color = kColors[i % std::size(kColors)];
+    const char* dash = kDash[(i / std::size(kColors)) % kDashes];
+    std::string points;
+    for (const BenchReport& r : reports) {
+      if (i >= r.rows.size() || r.rows[i].seconds <= 0) continue;
+      points += Format("%s%.1f,%.1f", points.empty() ? "" : " ", px(static_cast<double>(r.shape.tokens)),
+                       py(Gbps(r.rows[i])));
+    }
+    if (!points.empty()) {
+      std::fprintf(f, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s/>\n",
+                   points.c_str(), color, dash);
+    }
+    legend(RowTitle(first.rows[i]), color, dash, 1.5);
+  }
+  std::string copy_points;
+  for (const BenchReport& r : reports) {
+    const double c = ReportCopyGbps(r);
+    if (c > 0) {
+      copy_points += Format("%s%.1f,%.1f", copy_points.empty() ? "" : " ", px(static_cast<double>(r.shape.tokens)),
+                            py(c));
+    }
+  }
+  if (!copy_points.empty()) {
+    std::fprintf(f,
+                 "<polyline points=\"%s\" fill=\"none\" stroke=\"black\" stroke-width=\"2\" "
+                 "stroke-dasharray=\"8 4\"/>\n",
+                 copy_points.c_str());
+  }
+  legend("copy rate (256 MiB memcpy paired with each call, median)", "black", " stroke-dasharray=\"8 4\"", 2.0);
+  std::fprintf(f, "</svg>\n");
   return std::fflush(f) == 0 && !std::ferror(f);
 }
 

@@ -28,6 +28,7 @@ struct BenchResult {
 
 struct BenchReport {
   std::string preset;
+  std::string values = "normal";  // InputValuesName of the float inputs' magnitudes
   Shape shape;
   int threads = 0;
   double copy_bytes_per_second = 0.0;
@@ -38,6 +39,14 @@ void PrintBenchTable(const BenchReport& report, FILE* out);
 // Writes the report to `f` (opened by the caller before the run, so that a bad path fails fast); false on a
 // write error.
 bool WriteBenchJson(const BenchReport& report, FILE* f);
+
+// A --sweep: one report per token count, the same rows in the same order in each.
+// Per row a table over the sizes: median, GB/s, % of copy (paired and same-size), the bytes' own time (the
+// operator's least bytes at the paired copy rate) and the per-call overhead beyond it.
+void PrintSweepTable(const std::vector<BenchReport>& reports, FILE* out);
+bool WriteSweepJson(const std::vector<BenchReport>& reports, FILE* f);
+// GB/s against tokens (log axis), one line per row, the paired copy rate as a dashed line: a standalone SVG.
+bool WriteSweepSvg(const std::vector<BenchReport>& reports, FILE* f);
 
 // "12.3 us", "4.56 ms", "1.23 s".
 std::string FormatSeconds(double s);

@@ -67,12 +67,13 @@ bool HasWeights() {
 template <typename Config>
 BenchRow Row(const char* mode_label, int64_t mode, unsigned inputs) {
   using Info = OpInfo<typename Config::Args>;
-  auto make = [=](const Shape& shape, DType dtype, DType weight_dtype, uint64_t seed) {
+  auto make = [=](const Shape& shape, DType dtype, DType weight_dtype, uint64_t seed, InputValues values) {
     Config c;
     c.shape = shape;
     c.dtype = dtype;
     c.weight_dtype = weight_dtype;
     c.seed = seed;
+    c.values = values;
     Set(c, mode, inputs);
     return MakeProblem(c);
   };

@@ -20,8 +20,10 @@ struct BenchRow {
   // `moegrad bench` and the benchmark suite run it in the token dtypes only.
   bool weights;
   // `dtype`: the tokens' (every float tensor but the routing weights); `weight_dtype`: the weights' (scales,
-  // probs and their gradients).
-  std::function<std::unique_ptr<Problem>(const Shape& shape, DType dtype, DType weight_dtype, uint64_t seed)> make;
+  // probs and their gradients); `values`: the magnitudes of the float inputs (InputValues).
+  std::function<std::unique_ptr<Problem>(const Shape& shape, DType dtype, DType weight_dtype, uint64_t seed,
+                                         InputValues values)>
+      make;
 };
 
 const std::vector<BenchRow>& BenchRows();

@@ -17,7 +17,7 @@ class FinalizeRoutingV2GradProblem final : public OpProblem<FinalizeRoutingV2Gra
     const int64_t pairs = R * K;
     rows_ = c.mode == 1 ? E * C : (c.active_num > 0 && c.active_num < pairs ? c.active_num : pairs);
     std::mt19937_64 rng(c.seed);
-    TensorMaker make(c.layout, rng(), c.specials);
+    TensorMaker make(c.layout, rng(), c.specials, c.values);
     const std::vector<int64_t> x_shape =
         c.mode == 1 ? std::vector<int64_t>{E, C, H} : std::vector<int64_t>{rows_, H};
 

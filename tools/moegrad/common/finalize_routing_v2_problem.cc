@@ -17,7 +17,7 @@ class FinalizeRoutingV2Problem final : public OpProblem<FinalizeRoutingV2Config>
     const bool drop_pad = c.drop_pad();
     rows_ = drop_pad ? E * C : pairs;
     std::mt19937_64 rng(c.seed);
-    TensorMaker make(c.layout, rng(), c.specials);
+    TensorMaker make(c.layout, rng(), c.specials, c.values);
 
     const std::vector<int64_t> x_shape = drop_pad ? std::vector<int64_t>{E, C, H} : std::vector<int64_t>{pairs, H};
     expanded_x_ = make.Uniform(c.dtype, x_shape, rng());

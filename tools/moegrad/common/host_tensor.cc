@@ -1,5 +1,7 @@
 #include "tools/moegrad/common/host_tensor.h"
 
+#include <strings.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -149,12 +151,38 @@ uint32_t HostTensor::Bits(int64_t flat) const {
   return h;
 }
 
-void HostTensor::FillUniform(uint64_t seed, float lo, float hi) {
+const char* InputValuesName(InputValues v) {
+  switch (v) {
+    case InputValues::kNormal: return "normal";
+    case InputValues::kTiny: return "tiny";
+    case InputValues::kMixed: return "mixed";
+  }
+  return "?";
+}
+
+bool ParseInputValues(const char* s, InputValues* out) {
+  for (InputValues v : {InputValues::kTiny, InputValues::kNormal, InputValues::kMixed}) {
+    if (strcasecmp(s, InputValuesName(v)) == 0) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+void HostTensor::FillUniform(uint64_t seed, float lo, float hi, InputValues values) {
   const int64_t n = numel();
   const float scale = (hi - lo) * (1.0f / 16777216.0f);
+  // 2^-70: |v| < 2^-70, so a product of two is below 2^-140: a subnormal of fp32 (and bf16), or zero below
+  // 2^-150. The draws are multiples of 2^-24 of (hi - lo), so a scaled nonzero draw stays at or above 2^-94:
+  // normal, and exact. f16 cannot hold 2^-70; its tiny values are its own subnormals (below 2^-14).
+  const float tiny = std::ldexp(1.0f, view_.dtype == DType::kFloat16 ? -14 : -70);
   auto value = [&](int64_t i) {
     const uint64_t r = Mix64(seed * 0x2545f4914f6cdd1dull + static_cast<uint64_t>(i));
-    return lo + static_cast<float>(r >> 40) * scale;
+    const float v = lo + static_cast<float>(r >> 40) * scale;
+    const bool small = values == InputValues::kTiny ||
+                       (values == InputValues::kMixed && (Mix64(r ^ 0x7f4a7c159e3779b9ull) & 1) != 0);
+    return small ? v * tiny : v;
   };
   if (layout_ != Layout::kContiguous) {
     for (int64_t i = 0; i < n; ++i) SetF(i, value(i));

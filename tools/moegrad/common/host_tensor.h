@@ -30,6 +30,17 @@ enum class SpecialValues {
 };
 const char* SpecialValuesName(SpecialValues s);
 
+// The magnitudes of the ordinary values HostTensor::FillUniform writes (`moegrad bench --values`).
+enum class InputValues {
+  kNormal,  // as drawn: |v| < 1 (training-like)
+  kTiny,    // scaled by 2^-70 (fp32, bf16; f16: 2^-14, into its subnormals), so that the product of two
+            // such values underflows fp32 (into its subnormals, or to zero), as tiny gradients do
+  kMixed,   // each element normal or tiny at random (half each)
+};
+const char* InputValuesName(InputValues v);
+// "tiny", "normal", "mixed" (case-insensitive); false for anything else.
+bool ParseInputValues(const char* s, InputValues* out);
+
 class HostTensor {
  public:
   HostTensor() = default;
@@ -58,9 +69,10 @@ class HostTensor {
   // The stored bits of a float element (fp32 bits or the 16-bit pattern), for exact comparisons.
   uint32_t Bits(int64_t flat) const;
 
-  // Uniform values in [lo, hi) rounded to the dtype; a pure function of (seed, flat index), so parallel
-  // filling gives the same tensor for every thread count.
-  void FillUniform(uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+  // Uniform values in [lo, hi) rounded to the dtype, scaled as `values` says (an exact power of two, before
+  // the rounding); a pure function of (seed, flat index), so parallel filling gives the same tensor for
+  // every thread count.
+  void FillUniform(uint64_t seed, float lo = -1.0f, float hi = 1.0f, InputValues values = InputValues::kNormal);
   // Replaces about one element in 16 with a special value of `which` (nothing for kNone); a pure function of
   // (seed, flat index) like FillUniform.
   void MixInSpecials(uint64_t seed, SpecialValues which);

@@ -15,7 +15,7 @@ class InitRoutingV2GradProblem final : public OpProblem<InitRoutingV2GradConfig>
     const int64_t pairs = N * K;
     rows_ = c.mode == 1 ? E * C : (c.active_num > 0 && c.active_num < pairs ? c.active_num : pairs);
     std::mt19937_64 rng(c.seed);
-    TensorMaker make(c.layout, rng(), c.specials);
+    TensorMaker make(c.layout, rng(), c.specials, c.values);
     grad_ = make.Uniform(c.dtype, c.mode == 1 ? std::vector<int64_t>{E, C, H} : std::vector<int64_t>{rows_, H}, rng());
     row_idx_ = make.Index(DType::kInt32, {pairs});
     // Index data as MoeInitRoutingV2 makes it from a random top-k routing (its stable sort by expert), or any

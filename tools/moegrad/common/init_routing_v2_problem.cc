@@ -17,7 +17,7 @@ class InitRoutingV2Problem final : public OpProblem<InitRoutingV2Config> {
     const int64_t C = c.shape.capacity, pairs = N * K;
     rows_ = c.mode == 1 ? E * C : (c.active_num > 0 && c.active_num < pairs ? c.active_num : pairs);
     std::mt19937_64 rng(c.seed);
-    TensorMaker make(c.layout, rng(), c.specials);
+    TensorMaker make(c.layout, rng(), c.specials, c.values);
 
     x_ = make.Uniform(c.dtype, {N, H}, rng());
     expert_idx_ = make.Index(DType::kInt32, {N, K});

@@ -39,15 +39,16 @@ enum class LayoutPolicy {
 // Makes the tensors of one problem with layouts drawn from a policy.
 class TensorMaker {
  public:
-  TensorMaker(LayoutPolicy policy, uint64_t seed, SpecialValues specials = SpecialValues::kNone)
-      : policy_(policy), specials_(specials), rng_(seed) {}
+  TensorMaker(LayoutPolicy policy, uint64_t seed, SpecialValues specials = SpecialValues::kNone,
+              InputValues values = InputValues::kNormal)
+      : policy_(policy), specials_(specials), values_(values), rng_(seed) {}
   // Float inputs may be broadcast views; index tensors and outputs never are.
   HostTensor Input(DType dtype, std::vector<int64_t> sizes) { return Make(dtype, std::move(sizes), true); }
-  // An input holding uniform values in [lo, hi) drawn from `fill_seed` (HostTensor::FillUniform), with the
-  // maker's special values mixed in.
+  // An input holding uniform values in [lo, hi) drawn from `fill_seed` (HostTensor::FillUniform), scaled as
+  // the maker's InputValues say, with the maker's special values mixed in.
   HostTensor Uniform(DType dtype, std::vector<int64_t> sizes, uint64_t fill_seed, float lo = -1.0f, float hi = 1.0f) {
     HostTensor t = Input(dtype, std::move(sizes));
-    t.FillUniform(fill_seed, lo, hi);
+    t.FillUniform(fill_seed, lo, hi, values_);
     t.MixInSpecials(fill_seed, specials_);
     return t;
   }
@@ -63,6 +64,7 @@ class TensorMaker {
   HostTensor Make(DType dtype, std::vector<int64_t> sizes, bool may_broadcast);
   LayoutPolicy policy_;
   SpecialValues specials_;
+  InputValues values_;
   std::mt19937_64 rng_;
 };
 

@@ -19,6 +19,7 @@ struct ProblemConfig {
   IndexData index = IndexData::kRouted;
   LayoutPolicy layout = LayoutPolicy::kContiguous;
   SpecialValues specials = SpecialValues::kNone;  // mixed into every float input
+  InputValues values = InputValues::kNormal;      // the magnitudes of every float input's ordinary values
   uint64_t seed = 1;
   DType weights() const { return weight_dtype.value_or(dtype); }
 };

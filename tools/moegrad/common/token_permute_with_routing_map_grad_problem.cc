@@ -18,7 +18,7 @@ class TokenPermuteWithRoutingMapGradProblem final : public OpProblem<TokenPermut
     has_map_ = (c.probs && !c.drop_and_pad) || c.routing_map;
     const bool map = has_map_;
     std::mt19937_64 rng(c.seed);
-    TensorMaker make(c.layout, rng(), c.specials);
+    TensorMaker make(c.layout, rng(), c.specials, c.values);
 
     grad_ = make.Uniform(c.dtype, {n_, H}, rng());
     if (c.probs) probs_grad_in_ = make.Uniform(c.weights(), {n_}, rng());

@@ -15,7 +15,7 @@ class TokenPermuteWithRoutingMapProblem final : public OpProblem<TokenPermuteWit
     const int64_t T = c.shape.tokens, H = c.shape.hidden, E = c.shape.experts, K = c.shape.topk;
     n_ = c.drop_and_pad ? E * c.shape.capacity : T * K;
     std::mt19937_64 rng(c.seed);
-    TensorMaker make(c.layout, rng(), c.specials);
+    TensorMaker make(c.layout, rng(), c.specials, c.values);
 
     tokens_ = make.Uniform(c.dtype, {T, H}, rng());
     map_ = make.Index(c.map_dtype, {T, E});

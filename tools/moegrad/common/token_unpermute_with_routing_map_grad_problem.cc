@@ -18,7 +18,7 @@ class TokenUnpermuteWithRoutingMapGradProblem final : public OpProblem<TokenUnpe
     n_ = c.drop_and_pad ? E * C : T * K;
     has_map_ = c.probs || c.extras;
     std::mt19937_64 rng(c.seed);
-    TensorMaker make(c.layout, rng(), c.specials);
+    TensorMaker make(c.layout, rng(), c.specials, c.values);
 
     grad_ = make.Uniform(c.dtype, {T, H}, rng());
     out_index_ = make.Index(DType::kInt32, {n_});

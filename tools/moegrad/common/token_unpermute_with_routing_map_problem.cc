@@ -16,7 +16,7 @@ class TokenUnpermuteWithRoutingMapProblem final : public OpProblem<TokenUnpermut
     n_ = c.padded_mode ? E * c.shape.capacity : T * K;
     has_map_ = (c.probs && !c.padded_mode) || c.routing_map;
     std::mt19937_64 rng(c.seed);
-    TensorMaker make(c.layout, rng(), c.specials);
+    TensorMaker make(c.layout, rng(), c.specials, c.values);
 
     permuted_ = make.Uniform(c.dtype, {n_, H}, rng());
     sorted_ = make.Index(DType::kInt32, {n_});

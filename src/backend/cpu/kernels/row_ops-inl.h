@@ -1,8 +1,9 @@
 // Row primitives shared by every kernel, compiled once per SIMD target (include after foreach_target.h).
 //
 // Element types: float, hwy::float16_t, hwy::bfloat16_t. Rows are widened to fp32, computed in fp32 with
-// separate multiplies and adds (never fused, so every target and the scalar tails agree bit for bit), and
-// rounded once to the element type, round-to-nearest-even. Rows with an inner stride other than 1 take a
+// separately rounded multiplies and adds (never fused, so every target and the scalar tails agree bit for
+// bit; a vector multiply goes through MulRounded), and rounded once to the element type,
+// round-to-nearest-even. Rows with an inner stride other than 1 take a
 // scalar path with exactly the same arithmetic.
 
 // Per-target include guard (Highway's toggle idiom).
@@ -27,6 +28,22 @@ namespace hn = hwy::HWY_NAMESPACE;
 // fp32 vectors of at most 16 lanes: the canonical dot product keeps 16 partial sums on every target.
 using DF = hn::CappedTag<float, 16>;
 using VF = hn::Vec<DF>;
+
+// a * b rounded once, bit for bit as hn::Mul rounds it, whatever the values: the exact product plus -0 is
+// the exact product (a zero product keeps its sign: +0 + -0 = +0, -0 + -0 = -0), and the fused multiply-add
+// rounds it once. Where the target has FMA the product goes through it because a multiply of normal
+// operands whose product underflows (a subnormal, or zero) takes a slow path on some cores with gradual
+// underflow (about 3x the time of a bf16 scale-and-dot loop on an AMD Zen 3 core; tiny gradients, `moegrad
+// bench --values tiny`), and the FMA does not. A NaN stays a NaN (its payload, when both operands are NaNs,
+// may come from either: NaN payloads are not part of the contract). The scale-and-dot loops of the gradients
+// (row_ops_scale_dot-inl.h) and DotRow keep hn::Mul: see there.
+HWY_INLINE VF MulRounded(VF a, VF b) {
+#if HWY_NATIVE_FMA
+  return hn::MulAdd(a, b, hn::Set(DF(), -0.0f));
+#else
+  return hn::Mul(a, b);
+#endif
+}
 
 // --- scalar element access ------------------------------------------------------------------------------
 HWY_INLINE float ToF32(float v) { return v; }
@@ -171,7 +188,7 @@ HWY_INLINE void ScaleRow(const T* src, int64_t src_stride, float s, T* dst, int6
     const DF d;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     const VF vs = hn::Set(d, s);
-    for (; j + lanes <= n; j += lanes) StoreF32(d, hn::Mul(LoadF32(d, src + j), vs), dst + j);
+    for (; j + lanes <= n; j += lanes) StoreF32(d, MulRounded(LoadF32(d, src + j), vs), dst + j);
   }
   for (; j < n; ++j) dst[j * dst_stride] = FromF32<T>(ToF32(src[j * src_stride]) * s);
 }
@@ -191,11 +208,11 @@ HWY_INLINE void SumRowsOf(int64_t count, const RowFn& row, int64_t src_stride, T
     const DF d;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     for (; j + lanes <= n; j += lanes) {
-      VF acc = hn::Mul(LoadF32(d, r0 + j), hn::Set(d, s0));
+      VF acc = MulRounded(LoadF32(d, r0 + j), hn::Set(d, s0));
       for (int64_t m = 1; m < count; ++m) {
         float s;
         const T* r = row(m, &s);
-        acc = hn::Add(acc, hn::Mul(LoadF32(d, r + j), hn::Set(d, s)));
+        acc = hn::Add(acc, MulRounded(LoadF32(d, r + j), hn::Set(d, s)));
       }
       StoreF32(d, acc, dst + j);
     }

@@ -3,6 +3,12 @@
 // gradY row read once for both (ScaleRowDot), and for all the pairs of a token at once (ScaleDotToken). They
 // are bit-identical to ScaleRow + DotRow of row_ops-inl.h, which they replace on unit-stride rows: the same
 // products, the same 16 partial sums in the same order, the same fold.
+//
+// These loops multiply with hn::Mul, not MulRounded (row_ops-inl.h): the FMA form removed their slowdown on
+// underflowing products (DeepSeek-V3 bf16 finalize grad, --values tiny: 38% -> 54% and 50% -> 69% of copy)
+// but cost the dropless scales+bias row 10-15 points of copy on ordinary values on AMD Zen 3 (AVX2, 16
+// vector registers, which the token walk's partial sums already fill), in paired runs. Open: tiny gradients
+// still take the slow multiply here (docs/performance.md, "Speed whatever the values").
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(MOEGRAD_KERNELS_ROW_OPS_SCALE_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)

@@ -43,7 +43,7 @@ struct Term {
 template <typename T>
 HWY_INLINE VF TermVec(DF d, const Term<T>& t, int64_t j) {
   VF v = (t.x && t.b) ? hn::Add(LoadF32(d, t.x + j), LoadF32(d, t.b + j)) : LoadF32(d, t.x ? t.x + j : t.b + j);
-  return t.scaled ? hn::Mul(v, hn::Set(d, t.s)) : v;
+  return t.scaled ? MulRounded(v, hn::Set(d, t.s)) : v;
 }
 
 template <typename T>
@@ -99,8 +99,8 @@ HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
   }
   if (t.scaled) {
     const VF s = hn::Set(DF(), t.s);
-    *v0 = hn::Mul(*v0, s);
-    *v1 = hn::Mul(*v1, s);
+    *v0 = MulRounded(*v0, s);
+    *v1 = MulRounded(*v1, s);
   }
 }
 
