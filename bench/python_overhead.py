@@ -6,10 +6,14 @@ dropless: the median time of one call of the routing-map dispatch and combine an
   * through moegrad.torch (argument checks, the output query, allocation, the call);
   * through the extension alone (`moegrad._C`, the C++ API on the same tensors' descriptors and preallocated
     outputs, recorded from the moegrad.torch call): the library's own time in this process;
+  * through the extension on outputs allocated afresh for each call (`torch.empty`, as moegrad.torch and any
+    PyTorch operator does): what the call costs with its outputs' allocation and first touch, which at these
+    sizes can exceed the kernel's own time;
   * through Megatron-style PyTorch eager code for the forwards (bench/compare_torch.py's permute and unpermute);
   * and, for reference, `moegrad bench --tokens T` (the tool's plan + run, in another process).
 The three in-process columns are timed call by call in alternation (the machine's speed drifts), each the
-median over the rounds; "Python adds" is moegrad.torch's median minus the extension's.
+median over the rounds; "Python adds" is moegrad.torch's median minus that of the extension on fresh outputs:
+the Python layer's own cost (checks, the output query, the autograd wrapper).
 
     PYTHONPATH=build/python .venv/bin/python bench/python_overhead.py [--moegrad build/tools/moegrad] [--rounds N]
 """
@@ -45,14 +49,17 @@ def cpp_seconds(tool, tokens):
 
 
 def recorded_extension_call(key, call):
-    """(result of call(), a function that repeats only its extension call `_C.<key>` on the same descriptors): the
-    moegrad.torch call is made once with the extension's entry wrapped to record its arguments."""
-    extension, real, recorded = mt._C, getattr(mt._C, key), []
+    """(result of call(), a function that repeats only its extension call `_C.<key>` on the same descriptors and
+    outputs, a function that allocates the outputs afresh as moegrad.torch does and then makes that call): the
+    moegrad.torch call is made once with the extension's entries wrapped to record their arguments."""
+    extension, real, query, recorded = mt._C, getattr(mt._C, key), getattr(mt._C, key + "_outputs"), {}
 
     class Recorder:
         def __getattr__(self, name):
             if name == key:
-                return lambda *a: (recorded.append(a), real(*a))[1]
+                return lambda *a: (recorded.setdefault("call", a), real(*a))[1]
+            if name == key + "_outputs":
+                return lambda *a: recorded.setdefault("specs", query(*a))
             return getattr(extension, name)
 
     mt._C = Recorder()
@@ -60,8 +67,21 @@ def recorded_extension_call(key, call):
         result = call()  # holds the outputs the recorded descriptors point at
     finally:
         mt._C = extension
-    (args,) = recorded
-    return result, lambda: real(*args)
+    descs, *rest = recorded["call"]
+    names = mt._C.OPS[key][0]
+    specs = {names.index(n): spec for n, spec in recorded["specs"].items() if spec is not None}
+
+    def fresh():
+        d = list(descs)
+        outputs = []
+        for i, (code, sizes) in specs.items():
+            t = torch.empty(sizes, dtype=mt._DTYPES[code])
+            outputs.append(t)
+            d[i] = (t.data_ptr(), code, t.shape, t.stride())
+        real(d, *rest)
+        return outputs
+
+    return result, lambda: real(descs, *rest), fresh
 
 
 def python_calls(tokens, gen):
@@ -95,8 +115,8 @@ def python_calls(tokens, gen):
     }
     result = {}
     for op, (ours, eager) in calls.items():
-        kept, direct = recorded_extension_call(op.replace("-", "_"), ours)
-        result[op] = (ours, (lambda d=direct, k=kept: d()), eager)
+        kept, direct, fresh = recorded_extension_call(op.replace("-", "_"), ours)
+        result[op] = (ours, (lambda d=direct, k=kept: d()), fresh, eager)
     return result
 
 
@@ -125,15 +145,15 @@ def main():
     gen = torch.Generator().manual_seed(0)
     print(f"torch {torch.__version__}, moegrad {mt._C.version()} {mt._C.simd_target()}, "
           f"{mt._C.num_threads()} threads; DeepSeek-V3 H={H} E={E} K={K}, bf16 tokens, fp32 probs, dropless")
-    print(f"{'op':40} {'T':>3} {'tool':>9} {'extension':>10} {'moegrad.torch':>14} {'Python adds':>12} "
-          f"{'torch eager':>12}")
+    print(f"{'op':40} {'T':>3} {'tool':>9} {'extension':>10} {'+ outputs':>10} {'moegrad.torch':>14} "
+          f"{'Python adds':>12} {'torch eager':>12}")
     for tokens in (1, 16):
         cpp = cpp_seconds(args.moegrad, tokens)
         with torch.no_grad():
-            for op, (ours, direct, eager) in python_calls(tokens, gen).items():
-                t, d, e = alternated_medians([ours, direct, eager], args.rounds)
-                print(f"{op:40} {tokens:>3} {cpp[op] * 1e6:>7.1f}us {d * 1e6:>8.1f}us {t * 1e6:>12.1f}us "
-                      f"{(t - d) * 1e6:>10.1f}us {(f'{e * 1e6:.1f}us') if e else '-':>12}")
+            for op, (ours, direct, fresh, eager) in python_calls(tokens, gen).items():
+                t, d, f, e = alternated_medians([ours, direct, fresh, eager], args.rounds)
+                print(f"{op:40} {tokens:>3} {cpp[op] * 1e6:>7.1f}us {d * 1e6:>8.1f}us {f * 1e6:>8.1f}us "
+                      f"{t * 1e6:>12.1f}us {(t - f) * 1e6:>10.1f}us {(f'{e * 1e6:.1f}us') if e else '-':>12}")
 
 
 if __name__ == "__main__":
