@@ -10,7 +10,10 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "moegrad/ops.hpp"
@@ -18,6 +21,10 @@
 #include "tests/support/test_tensor.h"
 #include "tools/moegrad/common/check_cases.h"
 #include "tools/moegrad/common/problems.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 namespace moegrad::testing {
 namespace {
@@ -231,6 +238,96 @@ TEST(SpecialValues, SignedZeroAndSubnormalResultsAreExact) {
   ref::FinalizeRoutingV2Grad(a);
   check("reference");
 }
+
+// --- underflowing products ----------------------------------------------------------------------------------
+// The gradients' scale-and-dot loops multiply with hn::Mul until a product underflows, then with the FMA form
+// (src/backend/cpu/kernels/underflow_watch.h): tiny values switch at the first token, mixed ones within the
+// first groups, so each call below runs both forms. The results are the reference's, bit for bit (gradScales
+// and the probability gradients within the documented dot bound), on every SIMD target, whole token steps
+// and a tail, every token/weight dtype pair that can underflow, both modes.
+template <typename Config>
+void UnderflowingCasesAgree(Config c, const char* name) {
+  const std::pair<DType, DType> dtypes[] = {{DType::kFloat32, DType::kFloat32},
+                                            {DType::kBFloat16, DType::kBFloat16},
+                                            {DType::kBFloat16, DType::kFloat32},
+                                            {DType::kFloat16, DType::kFloat16},
+                                            {DType::kFloat16, DType::kFloat32}};
+  int runs = 0;
+  ForEachSimdTarget([&] {
+    for (const tool::InputValues values : {tool::InputValues::kTiny, tool::InputValues::kMixed}) {
+      for (const auto& [tokens, weights] : dtypes) {
+        for (const int64_t hidden : {int64_t{512}, int64_t{3 * 128 + 40}}) {
+          for (const bool drop_pad : {false, true}) {
+            c.shape = {40, hidden, 16, 4, drop_pad ? 12 : 0};
+            c.dtype = tokens;
+            c.weight_dtype = weights;
+            c.values = values;
+            c.seed = static_cast<uint64_t>(runs) + 1;
+            if constexpr (std::is_same_v<Config, tool::FinalizeRoutingV2GradConfig>) {
+              c.mode = drop_pad ? 1 : 0;
+              c.bias = !drop_pad;
+            } else {
+              c.drop_and_pad = drop_pad;
+            }
+            std::unique_ptr<tool::Problem> p = tool::MakeProblem(c);
+            const std::vector<std::vector<uint8_t>> before = tool::SnapshotOutputs(*p);
+            EXPECT_EQ(tool::VerifyRun(*p, p->Call(), before), "")
+                << name << " " << tool::InputValuesName(values) << " " << DTypeName(tokens) << "+"
+                << DTypeName(weights) << " H " << hidden << (drop_pad ? " drop-pad" : " dropless");
+            ++runs;
+          }
+        }
+      }
+    }
+  });
+  EXPECT_GE(runs, 40);
+}
+
+TEST(SpecialValues, UnderflowingProductsAgreeWithReferenceInFinalizeRoutingV2Grad) {
+  UnderflowingCasesAgree(tool::FinalizeRoutingV2GradConfig{}, "MoeFinalizeRoutingV2Grad");
+}
+
+TEST(SpecialValues, UnderflowingProductsAgreeWithReferenceInTokenUnpermuteWithRoutingMapGrad) {
+  UnderflowingCasesAgree(tool::TokenUnpermuteWithRoutingMapGradConfig{}, "MoeTokenUnpermuteWithRoutingMapGrad");
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+// The underflow watch leaves the calling thread's MXCSR as the arithmetic alone would: a flag set before the
+// call stays set, a clear one stays clear on ordinary values and is set by underflowing ones; the control
+// bits (rounding, masks, FTZ/DAZ) never change.
+TEST(SpecialValues, UnderflowWatchKeepsTheCallersFloatingPointFlags) {
+  constexpr unsigned kUnderflow = 0x10u, kDenormal = 0x2u, kFlags = 0x3Fu;
+  const unsigned saved = _mm_getcsr();
+  auto run = [](tool::InputValues values) {
+    tool::FinalizeRoutingV2GradConfig c;
+    c.shape = {16, 512, 8, 4, 0};
+    c.dtype = DType::kBFloat16;
+    c.bias = true;
+    c.values = values;
+    std::unique_ptr<tool::Problem> p = tool::MakeProblem(c);
+    return p;
+  };
+  std::unique_ptr<tool::Problem> normal = run(tool::InputValues::kNormal);
+  std::unique_ptr<tool::Problem> tiny = run(tool::InputValues::kTiny);
+
+  _mm_setcsr((saved & ~kFlags) | kUnderflow | kDenormal);
+  ASSERT_TRUE(normal->Call().ok());
+  const unsigned after_set = _mm_getcsr();
+  _mm_setcsr(saved & ~kFlags);
+  ASSERT_TRUE(normal->Call().ok());
+  const unsigned after_clear = _mm_getcsr();
+  _mm_setcsr(saved & ~kFlags);
+  ASSERT_TRUE(tiny->Call().ok());
+  const unsigned after_tiny = _mm_getcsr();
+  _mm_setcsr(saved);
+
+  EXPECT_EQ(after_set & (kUnderflow | kDenormal), kUnderflow | kDenormal);
+  EXPECT_EQ(after_clear & (kUnderflow | kDenormal), 0u);
+  EXPECT_EQ(after_set & ~kFlags, saved & ~kFlags);
+  EXPECT_EQ(after_clear & ~kFlags, saved & ~kFlags);
+  EXPECT_EQ(after_tiny & ~kFlags, saved & ~kFlags);
+}
+#endif
 
 }  // namespace
 }  // namespace moegrad::testing

@@ -8,6 +8,7 @@
 #include "src/backend/cpu/kernels/row_ops-inl.h"
 #include "src/backend/cpu/kernels/row_ops_scale_dot-inl.h"
 #include "src/backend/cpu/kernels/row_ops_stream-inl.h"
+#include "src/backend/cpu/kernels/underflow_watch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
@@ -80,6 +81,8 @@ void FinalizeRoutingV2GradTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t
   };
   TokenPairRows<T> groups[2][kTokenGroup];
   HWY_ALIGN float part[kTokenGroup][16];
+  UnderflowWatch watch;
+  bool fma = false;
   int cur = 0;
   if (r_begin < r_end && K > 0) look_up(r_begin * K, groups[cur]);  // K = 0: no pairs, nothing to read
   for (int64_t i0 = r_begin * K; i0 < r_end * K; i0 = group_end(i0), cur ^= 1) {
@@ -97,14 +100,8 @@ void FinalizeRoutingV2GradTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t
       pairs[m].x_next = m < next_count ? next[m].x : nullptr;
       if (pairs[m].out != nullptr && !StreamAligned(pairs[m].out)) aligned = false;
     }
-    constexpr bool kCan = CanStream<T>();
-    if (has_scales) {
-      if (kCan && stream && aligned) ScaleDotToken<T, kCan, true>(g, g_next, pairs, count, end, H, part);
-      else ScaleDotToken<T, false, true>(g, g_next, pairs, count, end, H, part);
-    } else {
-      if (kCan && stream && aligned) ScaleDotToken<T, kCan, false>(g, g_next, pairs, count, end, H, part);
-      else ScaleDotToken<T, false, false>(g, g_next, pairs, count, end, H, part);
-    }
+    if (has_scales) ScaleDotTokenAny<T, true>(stream && aligned, fma, g, g_next, pairs, count, end, H, part);
+    else ScaleDotTokenAny<T, false>(stream && aligned, fma, g, g_next, pairs, count, end, H, part);
     // Columns [end, H), and the dots summed up.
     for (int64_t m = 0; m < count; ++m) {
       ScaleDotRows<T> q;
@@ -113,12 +110,14 @@ void FinalizeRoutingV2GradTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t
       q.x = pairs[m].x;
       q.b = pairs[m].b;
       if (!has_scales) {
-        if (q.out != nullptr && end < H) ScaleRowDot<T>(q, 1.0f, stream, H, end, nullptr);
+        if (q.out != nullptr && end < H) ScaleRowDot<T>(q, 1.0f, stream, H, end, nullptr, fma);
         continue;
       }
-      const float dot = ScaleRowDot<T>(q, pairs[m].s, stream, H, end, part[m]);
+      const float dot = ScaleRowDot<T>(q, pairs[m].s, stream, H, end, part[m], fma);
       StoreWeight(p.grad_scales, i0 + m, p.weight_dtype, dot);
     }
+    // From the first underflowing product on, the products take the FMA form (underflow_watch.h).
+    fma = fma || watch.Seen();
   }
 }
 

@@ -4,11 +4,12 @@
 // are bit-identical to ScaleRow + DotRow of row_ops-inl.h, which they replace on unit-stride rows: the same
 // products, the same 16 partial sums in the same order, the same fold.
 //
-// These loops multiply with hn::Mul, not MulRounded (row_ops-inl.h): the FMA form removed their slowdown on
-// underflowing products (DeepSeek-V3 bf16 finalize grad, --values tiny: 38% -> 54% and 50% -> 69% of copy)
-// but cost the dropless scales+bias row 10-15 points of copy on ordinary values on AMD Zen 3 (AVX2, 16
-// vector registers, which the token walk's partial sums already fill), in paired runs. Open: tiny gradients
-// still take the slow multiply here (docs/performance.md, "Speed whatever the values").
+// Their products go through Product<kFma>: hn::Mul, or with kFma MulRounded (row_ops-inl.h), the same bits.
+// The FMA form is immune to the slow path a multiply whose product underflows takes on some cores (AMD Zen 3:
+// DeepSeek-V3 bf16 finalize grad, --values tiny, 38% -> 54% and 50% -> 69% of copy), but costs the dropless
+// scales+bias row 10-15 points of copy on ordinary values there (16 AVX2 registers, which the token walk's
+// partial sums already fill). So the callers run kFma = false until their UnderflowWatch
+// (underflow_watch.h) reports an underflow, then kFma = true (ScaleDotTokenAny, ScaleRowDot's `fma`).
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(MOEGRAD_KERNELS_ROW_OPS_SCALE_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -25,9 +26,28 @@
 #include "src/backend/cpu/kernels/row_ops-inl.h"
 #include "src/backend/cpu/kernels/row_ops_pair-inl.h"
 #include "src/backend/cpu/kernels/row_ops_stream-inl.h"
+#include "src/backend/cpu/kernels/underflow_watch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
+
+// a * b rounded once: hn::Mul, or with kFma MulRounded (immune to the slow underflow path; same bits).
+template <bool kFma>
+HWY_INLINE VF Product(VF a, VF b) {
+  if constexpr (kFma) {
+    return MulRounded(a, b);
+  } else {
+    return hn::Mul(a, b);
+  }
+}
+
+// Whether a loop over rows of T watches for underflow at all: products of two fp16 values (at least 2^-24
+// each) cannot underflow fp32, while fp16 outputs raise the underflow flag for ordinary small gradients
+// (below 2^-14), so an fp16 loop keeps the plain multiply.
+template <typename T>
+constexpr bool WatchesUnderflow() {
+  return !hwy::IsSame<T, hwy::float16_t>();
+}
 
 // The rows of one ScaleRowDot call (the columns of a pair that ScaleDotToken's steps leave over).
 template <typename T>
@@ -42,7 +62,7 @@ struct ScaleDotRows {
 // ScaleRow; returns DotRow(x, 1, b, 1, g, 1, n) when kX or kB (x or b null as there), else 0. With start > 0
 // (a multiple of 16, at most n) columns [0, start) are taken as done: out is written from start on and the dot
 // continues from the 16 partial sums start_part those columns left.
-template <typename T, bool kStream, bool kOut, bool kX, bool kB>
+template <typename T, bool kStream, bool kOut, bool kX, bool kB, bool kFma>
 HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n, int64_t start,
                                    const float* start_part) {
   const T* HWY_RESTRICT g = r.g;
@@ -71,14 +91,14 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
         VF v;
         if (kX && kB) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
         else v = LoadF32(d, kX ? x + o : b + o);
-        acc[q] = hn::Add(acc[q], hn::Mul(v, vg));
+        acc[q] = hn::Add(acc[q], Product<kFma>(v, vg));
       }
-      if (kOut) PutF32<kStream>(d, hn::Mul(vg, vs), out + o);
+      if (kOut) PutF32<kStream>(d, Product<kFma>(vg, vs), out + o);
     }
   }
   if (kOut) {
     // ScaleRow stores every whole vector with vector code and only the rest element by element.
-    for (; j + kL <= n; j += kL) PutF32<kStream>(d, hn::Mul(LoadF32(d, g + j), vs), out + j);
+    for (; j + kL <= n; j += kL) PutF32<kStream>(d, Product<kFma>(LoadF32(d, g + j), vs), out + j);
     for (; j < n; ++j) out[j] = FromF32<T>(ToF32(g[j]) * s);
   }
   if (!kDot) return 0.0f;
@@ -98,23 +118,31 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
 
 // ScaleRowDotUnit for any out, x, b (null when absent; x only together with out, as in the gradient of a
 // weighted row), from column `start` on with the partial sums start_part (null: from 0); the stores of out
-// stream when `stream` and out is aligned for it.
-template <typename T>
-HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int64_t n, int64_t start = 0,
-                             const float* start_part = nullptr) {
+// stream when `stream` and out is aligned for it; `fma` picks the FMA form of the products (same bits).
+template <typename T, bool kFma>
+HWY_INLINE float ScaleRowDotAs(const ScaleDotRows<T>& r, float s, bool stream, int64_t n, int64_t start,
+                               const float* start_part) {
   if (r.out == nullptr) {
-    if (r.b != nullptr) return ScaleRowDotUnit<T, false, false, false, true>(r, s, n, start, start_part);
+    if (r.b != nullptr) return ScaleRowDotUnit<T, false, false, false, true, kFma>(r, s, n, start, start_part);
     return 0.0f;
   }
   constexpr bool kCan = CanStream<T>();
   if (kCan && stream && StreamAligned(r.out)) {
-    if (r.x && r.b) return ScaleRowDotUnit<T, kCan, true, true, true>(r, s, n, start, start_part);
-    if (r.x) return ScaleRowDotUnit<T, kCan, true, true, false>(r, s, n, start, start_part);
-    return ScaleRowDotUnit<T, kCan, true, false, false>(r, s, n, start, start_part);
+    if (r.x && r.b) return ScaleRowDotUnit<T, kCan, true, true, true, kFma>(r, s, n, start, start_part);
+    if (r.x) return ScaleRowDotUnit<T, kCan, true, true, false, kFma>(r, s, n, start, start_part);
+    return ScaleRowDotUnit<T, kCan, true, false, false, kFma>(r, s, n, start, start_part);
   }
-  if (r.x && r.b) return ScaleRowDotUnit<T, false, true, true, true>(r, s, n, start, start_part);
-  if (r.x) return ScaleRowDotUnit<T, false, true, true, false>(r, s, n, start, start_part);
-  return ScaleRowDotUnit<T, false, true, false, false>(r, s, n, start, start_part);
+  if (r.x && r.b) return ScaleRowDotUnit<T, false, true, true, true, kFma>(r, s, n, start, start_part);
+  if (r.x) return ScaleRowDotUnit<T, false, true, true, false, kFma>(r, s, n, start, start_part);
+  return ScaleRowDotUnit<T, false, true, false, false, kFma>(r, s, n, start, start_part);
+}
+template <typename T>
+HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int64_t n, int64_t start = 0,
+                             const float* start_part = nullptr, bool fma = false) {
+  if constexpr (WatchesUnderflow<T>()) {
+    if (fma) return ScaleRowDotAs<T, true>(r, s, stream, n, start, start_part);
+  }
+  return ScaleRowDotAs<T, false>(r, s, stream, n, start, start_part);
 }
 
 // --- all pairs of a token at once --------------------------------------------------------------------------
@@ -159,7 +187,7 @@ HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
 // its stores (rows of different pairs often share their address bits below 4 KiB, and a load behind a store
 // to such an address waits for it). Rows move two vectors at a time (LoadPair, PutPair: whole cache lines of
 // bf16 on AVX-512).
-template <bool kStream, bool kDot, typename T>
+template <bool kStream, bool kDot, bool kFma, typename T>
 HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j, VF* acc) {
   constexpr size_t kSteps = TokenStepVecs<T>();
   constexpr size_t kVecs = 16 / hn::MaxLanes(DF());
@@ -178,12 +206,13 @@ HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j
       }
     }
     // Vector i holds columns [i * kL, (i + 1) * kL) of the step: partial sums i % kVecs.
-    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], hn::Mul(v[i], gv[i]));
+    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], Product<kFma>(v[i], gv[i]));
   }
   if (p.out != nullptr) {
     const VF vs = hn::Set(d, p.s);
     for (size_t i = 0; i < kSteps; i += 2) {
-      PutPair<kStream>(hn::Mul(gv[i], vs), hn::Mul(gv[i + 1], vs), p.out + j + static_cast<int64_t>(i) * kL);
+      PutPair<kStream>(Product<kFma>(gv[i], vs), Product<kFma>(gv[i + 1], vs),
+                       p.out + j + static_cast<int64_t>(i) * kL);
     }
   }
 }
@@ -193,7 +222,7 @@ HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j
 // kDot the 16 partial sums part[m] of pair m take (x + b) * g exactly as ScaleRowDotUnit's do (start from
 // zero), ready for ScaleRowDot to finish from `end`. g_next is the next token's gradY row (or null); both it and
 // the x_next rows are prefetched as the walk nears the end. With kStream every out is StreamAligned.
-template <typename T, bool kStream, bool kDot>
+template <typename T, bool kStream, bool kDot, bool kFma>
 HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const TokenPairRows<T>* pairs,
                                 int64_t count, int64_t end, int64_t n, float (*part)[16]) {
   constexpr int64_t kStep = TokenStep<T>();
@@ -215,10 +244,27 @@ HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const 
     }
     VF gv[TokenStepVecs<T>()];
     LoadTokenStep(g, j, gv);
-    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot>(gv, pairs[m], j, acc[m]);
+    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot, kFma>(gv, pairs[m], j, acc[m]);
   }
   if (!kDot) return;
   for (int64_t m = 0; m < count; ++m) PairPartials<T>(acc[m], part[m]);
+}
+
+// ScaleDotToken with its stores streamed when `stream` (every out StreamAligned) and the FMA form of the
+// products when `fma`.
+template <typename T, bool kDot>
+HWY_INLINE void ScaleDotTokenAny(bool stream, bool fma, const T* HWY_RESTRICT g, const T* g_next,
+                                 const TokenPairRows<T>* pairs, int64_t count, int64_t end, int64_t n,
+                                 float (*part)[16]) {
+  constexpr bool kCan = CanStream<T>();
+  constexpr bool kWatch = WatchesUnderflow<T>();
+  if (kCan && stream) {
+    if (kWatch && fma) ScaleDotToken<T, kCan, kDot, kWatch>(g, g_next, pairs, count, end, n, part);
+    else ScaleDotToken<T, kCan, kDot, false>(g, g_next, pairs, count, end, n, part);
+  } else {
+    if (kWatch && fma) ScaleDotToken<T, false, kDot, kWatch>(g, g_next, pairs, count, end, n, part);
+    else ScaleDotToken<T, false, kDot, false>(g, g_next, pairs, count, end, n, part);
+  }
 }
 
 }  // namespace moegrad::kernels::HWY_NAMESPACE

@@ -11,6 +11,7 @@
 #include "src/backend/cpu/kernels/row_ops_scale_dot-inl.h"
 #include "src/backend/cpu/kernels/row_ops_stream-inl.h"
 #include "src/backend/cpu/kernels/token_unpermute_with_routing_map_grad.h"
+#include "src/backend/cpu/kernels/underflow_watch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
@@ -40,6 +41,8 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
   const RowView& x = p.permuted_tokens;
   const RowView& out = p.permuted_tokens_grad;
   const bool unit = g.col_stride == 1 && x.col_stride == 1 && out.col_stride == 1;
+  UnderflowWatch watch;
+  bool fma = false;
   for (int64_t r = begin; r < end; ++r) {
     const int64_t* pairs = p.row_pairs + p.row_offsets[r];
     const int64_t count = p.row_offsets[r + 1] - p.row_offsets[r];
@@ -51,7 +54,8 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
       rows.g = g.Row<const T>(TokenOf(p, i));
       rows.out = dst;
       rows.x = xr;
-      p.dots[i] = ScaleRowDot(rows, WeightOf(p, i), stream, H);
+      p.dots[i] = ScaleRowDot(rows, WeightOf(p, i), stream, H, 0, nullptr, fma);
+      fma = fma || watch.Seen();  // underflow_watch.h
       continue;
     }
     SumRowsOf<T>(
@@ -105,6 +109,8 @@ void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool st
   TokenPairRows<T> rows[2][kTokenGroup];
   int64_t pairs[2][kTokenGroup];
   HWY_ALIGN float part[kTokenGroup][16];
+  UnderflowWatch watch;
+  bool fma = false;
   int cur = 0;
   Group g = t_begin < t_end ? after(Group{t_begin, first(t_begin), 0}) : Group{t_end, 0, 0};
   look_up(g, rows[cur], pairs[cur]);
@@ -119,16 +125,16 @@ void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool st
       q[m].x_next = m < next.count ? rows[cur ^ 1][m].x : nullptr;
       aligned = aligned && StreamAligned(q[m].out);
     }
-    constexpr bool kCan = CanStream<T>();
-    if (kCan && stream && aligned) ScaleDotToken<T, kCan, true>(gr, g_next, q, g.count, end, H, part);
-    else ScaleDotToken<T, false, true>(gr, g_next, q, g.count, end, H, part);
+    ScaleDotTokenAny<T, true>(stream && aligned, fma, gr, g_next, q, g.count, end, H, part);
     for (int64_t m = 0; m < g.count; ++m) {
       ScaleDotRows<T> r;
       r.g = gr;
       r.out = q[m].out;
       r.x = q[m].x;
-      p.dots[pairs[cur][m]] = ScaleRowDot<T>(r, q[m].s, stream, H, end, part[m]);
+      p.dots[pairs[cur][m]] = ScaleRowDot<T>(r, q[m].s, stream, H, end, part[m], fma);
     }
+    // From the first underflowing product on, the products take the FMA form (underflow_watch.h).
+    fma = fma || watch.Seen();
     g = next;
   }
 }
