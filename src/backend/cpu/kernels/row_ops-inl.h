@@ -36,7 +36,8 @@ using VF = hn::Vec<DF>;
 // underflow (about 3x the time of a bf16 scale-and-dot loop on an AMD Zen 3 core; tiny gradients, `moegrad
 // bench --values tiny`), and the FMA does not. A NaN stays a NaN (its payload, when both operands are NaNs,
 // may come from either: NaN payloads are not part of the contract). The scale-and-dot loops of the gradients
-// (row_ops_scale_dot-inl.h) and DotRow keep hn::Mul: see there.
+// (row_ops_scale_dot-inl.h) switch to it only once a product has underflowed (underflow_watch.h); DotRow keeps
+// hn::Mul.
 HWY_INLINE VF MulRounded(VF a, VF b) {
 #if HWY_NATIVE_FMA
   return hn::MulAdd(a, b, hn::Set(DF(), -0.0f));
