@@ -88,6 +88,16 @@ def assert_close(actual, expected, dtype, what=""):
     torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")
 
 
+def layer_checker(tokens_dtype):
+    """check(actual, expected, what) for a whole MoE layer against its float64 autograd: one rounding of an fp32
+    result (assert_close) with fp32 tokens; with bf16 tokens the experts' matmuls round to bf16 too (a few
+    roundings on the way, not one), hence 2^-5."""
+    if tokens_dtype == torch.bfloat16:
+        return lambda a, b, what: torch.testing.assert_close(a.double(), b.double(), rtol=2 ** -5, atol=2 ** -5,
+                                                             msg=lambda m: f"{what}: {m}")
+    return lambda a, b, what: assert_close(a, b, torch.float32, what)
+
+
 def make_view(t, layout, gen=None):
     """t's values in a tensor of the requested layout: 'contiguous', 'transposed' (column-major storage) or
     'sliced' (every other element of a wider tensor, offset by one). Always 1-D/2-D/3-D friendly."""

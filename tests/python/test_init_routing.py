@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import moegrad.torch as mt
-from reference import assert_close, finalize_ref, init_routing_ref, leaf64, make_view
+from reference import assert_close, finalize_ref, init_routing_ref, layer_checker, leaf64, make_view
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
@@ -217,11 +217,7 @@ def test_pipeline_matches_autograd_of_a_plain_moe_layer(tokens_dtype, weights_dt
     x64, w64, s64 = leaf64(x), leaf64(weights), leaf64(scales)
     want = moe_layer_reference(x64, w64, s64, expert_idx, capacity)
     want.backward(g.double())
-    # bf16 tokens: the experts' matmuls round too, to bf16 (a few roundings on the way, not one).
-    loose = tokens_dtype == torch.bfloat16
-    check = (lambda a, b, what: torch.testing.assert_close(a.double(), b.double(), rtol=2 ** -5, atol=2 ** -5,
-                                                           msg=lambda m: f"{what}: {m}")) if loose else \
-        (lambda a, b, what: assert_close(a, b, torch.float32, what))
+    check = layer_checker(tokens_dtype)
     check(out, want, "out")
     check(x.grad, x64.grad, "x.grad")
     check(weights.grad, w64.grad, "weights.grad")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import moegrad.torch as mt
-from reference import assert_close, leaf64
+from reference import assert_close, layer_checker, leaf64
 
 T, H, E, K = 29, 12, 6, 2
 
@@ -83,10 +83,7 @@ def test_routing_map_pipeline(dtype, probs_dtype, capacity):
     weights = p64.gather(1, top_experts)
     want = layer_reference(x64, w64, weights, kept.gather(1, top_experts), top_experts)
     want.backward(g.double())
-    loose = dtype == torch.bfloat16  # the experts' matmuls round to bf16 too
-    check = (lambda a, b, what: torch.testing.assert_close(a.double(), b.double(), rtol=2 ** -5, atol=2 ** -5,
-                                                           msg=lambda m: f"{what}: {m}")) if loose else \
-        (lambda a, b, what: assert_close(a, b, torch.float32, what))
+    check = layer_checker(dtype)
     check(out, want, "out")
     check(x.grad, x64.grad, "x.grad")
     check(w.grad, w64.grad, "w.grad")
@@ -123,10 +120,7 @@ def test_v2_pipeline(dtype, probs_dtype, capacity):
     x64, w64, s64, b64, r64 = (leaf64(t) for t in (x, w, scales, bias, residual))
     want = layer_reference(x64, w64, s64, kept, top_experts, bias=b64, residual=r64)
     want.backward(g.double())
-    loose = dtype == torch.bfloat16
-    check = (lambda a, b, what: torch.testing.assert_close(a.double(), b.double(), rtol=2 ** -5, atol=2 ** -5,
-                                                           msg=lambda m: f"{what}: {m}")) if loose else \
-        (lambda a, b, what: assert_close(a, b, torch.float32, what))
+    check = layer_checker(dtype)
     for got, ref, what in ((out, want, "out"), (x.grad, x64.grad, "x.grad"), (w.grad, w64.grad, "w.grad"),
                            (scales.grad, s64.grad, "scales.grad"), (bias.grad, b64.grad, "bias.grad"),
                            (residual.grad, r64.grad, "residual.grad")):
