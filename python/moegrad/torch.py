@@ -228,6 +228,12 @@ def _run(key, tensors, attrs, arrays=None, symbolic=None):
     unknown = ((tensors.keys() - inputs) | (attrs.keys() ^ set(attr_names)) | (arrays.keys() - set(array_names)))
     if unknown:
         raise TypeError(f"moegrad: {key}: unknown or missing argument {sorted(unknown)[0]}")
+    # Real tensors of the regular kind (see _fast): one round trip; None where it declines (fake tensors, symbolic
+    # sizes, anything irregular), which the steps below then handle or word.
+    out = _CALLS[key](tuple(tensors.get(n) for n in _INPUT_NAMES[key]), tuple(attrs[n] for n in attr_names),
+                      tuple(arrays.get(n) for n in array_names))
+    if out is not None:
+        return dict(zip(_OUTPUT_NAMES[key], out))
     compiling = _compiling()
     fake = any(_is_fake(t) for t in tensors.values())
     descs = [_desc(key, n, tensors.get(n), fake, compiling=compiling) if n in inputs else None for n in tensor_names]
@@ -244,6 +250,8 @@ def _run(key, tensors, attrs, arrays=None, symbolic=None):
 
 
 _QUERY_NAMES = {key: key + "_outputs" for key in _C.OPS}
+_INPUT_NAMES = {key: tuple(info["inputs"]) for key, info in _C.INFO.items()}
+_OUTPUT_NAMES = {key: tuple(info["outputs"]) for key, info in _C.INFO.items()}
 
 
 def _permute(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False):

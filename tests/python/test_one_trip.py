@@ -87,17 +87,30 @@ def test_no_grad_mode_takes_the_one_trip_with_inputs_requiring_grad(name, monkey
     assert all(t is None or t.grad_fn is None for t in _tuple(got))
 
 
-@pytest.mark.parametrize("name", sorted(FORWARDS))
-def test_autograd_recorded_calls_take_the_full_path(name, monkeypatch):
-    sample = next(args for n, args in SAMPLES if n == name)
+def _forward_backward(name, sample):
+    """The outputs of `name` on `sample` with its first differentiable input requiring grad, and that input's
+    gradient for a random upstream gradient of the first output."""
     args = list(sample)
     i = FORWARDS[name][0]
     args[i] = args[i].detach().clone().requires_grad_()
-    spy = _Spy(monkeypatch)
     got = _tuple(getattr(mt, name)(*args))
-    assert spy.results == []
-    assert got[0].grad_fn is not None
-    _same(tuple(t.detach() if t is not None else None for t in got), getattr(mt, name)(*sample))
+    assert got[0].grad_fn is not None  # recorded: the autograd Function, not the bare operator
+    upstream = torch.randn(got[0].shape, generator=torch.Generator().manual_seed(11)).to(got[0].dtype)
+    got[0].backward(upstream)
+    return tuple(t.detach() if t is not None else None for t in got) + (args[i].grad,)
+
+
+@pytest.mark.parametrize("name", sorted(FORWARDS))
+def test_autograd_recorded_calls_give_the_full_paths_bits(name, monkeypatch):
+    # Recorded calls take the autograd Function, whose kernels (_run) use the one trip too: forward and backward
+    # against the full path (every one-trip call declined).
+    sample = next(args for n, args in SAMPLES if n == name and args[0].is_floating_point() and args[0].numel())
+    want, _ = _full_path(monkeypatch, _forward_backward, (name, sample))
+    spy = _Spy(monkeypatch)
+    got = _forward_backward(name, sample)
+    assert len(spy.results) >= 2 and all(r is not None for _, r in spy.results)  # forward and backward kernels
+    _same(got, want)
+    _same(got[:-1], getattr(mt, name)(*sample))
 
 
 def _bad_calls():
