@@ -17,6 +17,7 @@ the Python layer's own cost (checks, the output query, the autograd wrapper). Th
 moegrad.torch's full path (descriptors, output query, call), the timed ones its usual one.
 
     PYTHONPATH=build/python .venv/bin/python bench/python_overhead.py [--moegrad build/tools/moegrad] [--rounds N]
+        [--threads N]
 """
 import argparse
 import json
@@ -129,6 +130,13 @@ def python_calls(tokens, gen):
     return result
 
 
+def copy_gbps(size=64 << 20, runs=9):
+    """GB/s (bytes read + written) of torch's copy_ of `size` bytes into a tensor already touched: the machine's
+    state in this run, printed with the rows."""
+    src, dst = torch.ones(size, dtype=torch.uint8), torch.zeros(size, dtype=torch.uint8)
+    return 2 * size / ct.median_seconds(lambda: dst.copy_(src), warmup=1, min_runs=runs, budget=0) * 1e-9
+
+
 def alternated_medians(fns, rounds, warmup=20):
     """The median seconds of each of `fns` (None entries give None), timed one call each per round in turn."""
     live = [f for f in fns if f is not None]
@@ -150,10 +158,18 @@ def main():
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     parser.add_argument("--moegrad", default=os.path.join(here, "build", "tools", "moegrad"))
     parser.add_argument("--rounds", type=int, default=2000, help="alternated calls of each kind (default 2000)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads of moegrad, the tool and torch (default 0: each one's default); 1 keeps a "
+                             "loaded machine's other work from stalling a call's second thread")
     args = parser.parse_args()
+    if args.threads > 0:
+        os.environ["MOEGRAD_NUM_THREADS"] = str(args.threads)  # the tool's
+        mt._C.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
     print(f"torch {torch.__version__}, moegrad {mt._C.version()} {mt._C.simd_target()}, "
-          f"{mt._C.num_threads()} threads; DeepSeek-V3 H={H} E={E} K={K}, bf16 tokens, fp32 probs, dropless")
+          f"{mt._C.num_threads()} threads (torch {torch.get_num_threads()}); DeepSeek-V3 H={H} E={E} K={K}, "
+          f"bf16 tokens, fp32 probs, dropless; copy {copy_gbps():.1f} GB/s")
     print(f"{'op':40} {'T':>3} {'tool':>9} {'extension':>10} {'+ outputs':>10} {'moegrad.torch':>14} "
           f"{'Python adds':>12} {'torch eager':>12}")
     for tokens in (1, 16):
@@ -163,6 +179,7 @@ def main():
                 t, d, f, e = alternated_medians([ours, direct, fresh, eager], args.rounds)
                 print(f"{op:40} {tokens:>3} {cpp[op] * 1e6:>7.1f}us {d * 1e6:>8.1f}us {f * 1e6:>8.1f}us "
                       f"{t * 1e6:>12.1f}us {(t - f) * 1e6:>10.1f}us {(f'{e * 1e6:.1f}us') if e else '-':>12}")
+    print(f"copy {copy_gbps():.1f} GB/s after the rows")
 
 
 if __name__ == "__main__":
