@@ -11,8 +11,10 @@ dropless: the median time of one call of the routing-map dispatch and combine an
     sizes can exceed the kernel's own time;
   * through Megatron-style PyTorch eager code for the forwards (bench/compare_torch.py's permute and unpermute);
   * and, for reference, `moegrad bench --tokens T` (the tool's plan + run, in another process).
-The in-process columns are timed call by call in alternation (the machine's speed drifts), each the median
-over the rounds, with an untimed call on fresh outputs after each round's eager call (see alternated_medians); "Python adds" is moegrad.torch's median minus that of the extension on fresh outputs:
+The three moegrad columns are timed call by call in alternation (the machine's speed drifts), each the median
+over the rounds; the eager code after them, in rounds of its own (a quarter as many): its large temporaries,
+freed, leave caches and the allocator cold for whatever call follows (at T = 16, interleaved, they added 50-330
+us to the next moegrad call); "Python adds" is moegrad.torch's median minus that of the extension on fresh outputs:
 the Python layer's own cost (checks, the output query, the autograd wrapper). The recording call takes
 moegrad.torch's full path (descriptors, output query, call), the timed ones its usual one.
 
@@ -137,11 +139,8 @@ def copy_gbps(size=64 << 20, runs=9):
     return 2 * size / ct.median_seconds(lambda: dst.copy_(src), warmup=1, min_runs=runs, budget=0) * 1e-9
 
 
-def alternated_medians(fns, rounds, warmup=20, settle=None):
-    """The median seconds of each of `fns` (None entries give None), timed one call each per round in turn; then,
-    untimed, `settle()`, so that the next round's first call does not follow the last one's allocations directly
-    (the eager code's large temporaries, once freed, leave the allocator to map and fault in fresh pages for the
-    next output of the same size: a cost that lands on whichever call comes next)."""
+def alternated_medians(fns, rounds, warmup=20):
+    """The median seconds of each of `fns` (None entries give None), timed one call each per round in turn."""
     live = [f for f in fns if f is not None]
     for _ in range(warmup):
         for f in live:
@@ -153,8 +152,6 @@ def alternated_medians(fns, rounds, warmup=20, settle=None):
                 t0 = time.perf_counter()
                 f()
                 times[i].append(time.perf_counter() - t0)
-        if settle is not None:
-            settle()
     return [sorted(t)[len(t) // 2] if t else None for t in times]
 
 
@@ -181,7 +178,8 @@ def main():
         cpp = cpp_seconds(args.moegrad, tokens)
         with torch.no_grad():
             for op, (ours, direct, fresh, eager) in python_calls(tokens, gen).items():
-                t, d, f, e = alternated_medians([ours, direct, fresh, eager], args.rounds, settle=fresh)
+                t, d, f = alternated_medians([ours, direct, fresh], args.rounds)
+                (e,) = alternated_medians([eager], args.rounds // 4 if eager else 0)
                 print(f"{op:40} {tokens:>3} {cpp[op] * 1e6:>7.1f}us {d * 1e6:>8.1f}us {f * 1e6:>8.1f}us "
                       f"{t * 1e6:>12.1f}us {(t - f) * 1e6:>10.1f}us {(f'{e * 1e6:.1f}us') if e else '-':>12}")
     print(f"copy {copy_gbps():.1f} GB/s after the rows")
