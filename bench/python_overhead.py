@@ -14,9 +14,10 @@ dropless: the median time of one call of the routing-map dispatch and combine an
 The three moegrad columns are timed call by call in alternation (the machine's speed drifts), each the median
 over the rounds; the eager code after them, in rounds of its own (a quarter as many): its large temporaries,
 freed, leave caches and the allocator cold for whatever call follows (interleaved, the 16-token unpermute's
-"Python adds" measured 246-276 us, 9-12 us with no eager call in the rounds); "Python adds" is moegrad.torch's median minus that of the extension on fresh outputs:
-the Python layer's own cost (checks, the output query, the autograd wrapper). The recording call takes
-moegrad.torch's full path (descriptors, output query, call), the timed ones its usual one.
+"Python adds" measured 246-276 us, 9-12 us with no eager call in the rounds); "Python adds" is moegrad.torch's
+median minus that of the extension on fresh outputs: the Python layer's own cost (checks, the output query, the
+autograd wrapper). The recording call takes moegrad.torch's full path (descriptors, output query, call), the
+timed ones its usual one.
 
     PYTHONPATH=build/python .venv/bin/python bench/python_overhead.py [--moegrad build/tools/moegrad] [--rounds N]
         [--threads N]

@@ -233,7 +233,8 @@ py::object CallOperator(const py::tuple& inputs, const py::tuple& attrs, const p
   using Info = moegrad::OpInfo<Args>;
   using Arrays = moegrad::IntArraysOf<Args>;
   constexpr size_t kTensors = std::size(Info::kTensors), kAttrs = std::size(Info::kAttrs);
-  if (g_type.tensor_types == nullptr || attrs.size() != kAttrs || (arrays.size() != 0 && arrays.size() != Arrays::size)) {
+  if (g_type.tensor_types == nullptr || attrs.size() != kAttrs ||
+      (arrays.size() != 0 && arrays.size() != Arrays::size)) {
     return py::none();
   }
   Args a;
