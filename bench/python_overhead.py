@@ -11,11 +11,16 @@ dropless: the median time of one call of the routing-map dispatch and combine an
     sizes can exceed the kernel's own time;
   * through Megatron-style PyTorch eager code for the forwards (bench/compare_torch.py's permute and unpermute);
   * and, for reference, `moegrad bench --tokens T` (the tool's plan + run, in another process).
-The three in-process columns are timed call by call in alternation (the machine's speed drifts), each the
-median over the rounds; "Python adds" is moegrad.torch's median minus that of the extension on fresh outputs:
-the Python layer's own cost (checks, the output query, the autograd wrapper).
+The three moegrad columns are timed call by call in alternation (the machine's speed drifts), each the median
+over the rounds; the eager code after them, in rounds of its own (a quarter as many): its large temporaries,
+freed, leave caches and the allocator cold for whatever call follows (interleaved, the 16-token unpermute's
+"Python adds" measured 246-276 us, 9-12 us with no eager call in the rounds); "Python adds" is moegrad.torch's
+median minus that of the extension on fresh outputs: the Python layer's own cost (checks, the output query, the
+autograd wrapper). The recording call takes moegrad.torch's full path (descriptors, output query, call), the
+timed ones its usual one.
 
     PYTHONPATH=build/python .venv/bin/python bench/python_overhead.py [--moegrad build/tools/moegrad] [--rounds N]
+        [--threads N]
 """
 import argparse
 import json
@@ -62,11 +67,19 @@ def recorded_extension_call(key, call):
                 return lambda *a: recorded.setdefault("specs", query(*a))
             return getattr(extension, name)
 
+    # The one-round-trip entry (_C.<key>_call) declines this call, so that it takes the path that hands the
+    # extension descriptors and preallocated outputs (the same library call on the same tensors).
+    calls = getattr(mt, "_CALLS", {})
+    one_trip = calls.get(key)
     mt._C = Recorder()
+    if one_trip is not None:
+        calls[key] = lambda *a: None
     try:
         result = call()  # holds the outputs the recorded descriptors point at
     finally:
         mt._C = extension
+        if one_trip is not None:
+            calls[key] = one_trip
     descs, *rest = recorded["call"]
     names = mt._C.OPS[key][0]
     specs = {names.index(n): spec for n, spec in recorded["specs"].items() if spec is not None}
@@ -120,6 +133,13 @@ def python_calls(tokens, gen):
     return result
 
 
+def copy_gbps(size=64 << 20, runs=9):
+    """GB/s (bytes read + written) of torch's copy_ of `size` bytes into a tensor already touched: the machine's
+    state in this run, printed with the rows."""
+    src, dst = torch.ones(size, dtype=torch.uint8), torch.zeros(size, dtype=torch.uint8)
+    return 2 * size / ct.median_seconds(lambda: dst.copy_(src), warmup=1, min_runs=runs, budget=0) * 1e-9
+
+
 def alternated_medians(fns, rounds, warmup=20):
     """The median seconds of each of `fns` (None entries give None), timed one call each per round in turn."""
     live = [f for f in fns if f is not None]
@@ -141,19 +161,29 @@ def main():
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     parser.add_argument("--moegrad", default=os.path.join(here, "build", "tools", "moegrad"))
     parser.add_argument("--rounds", type=int, default=2000, help="alternated calls of each kind (default 2000)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads of moegrad, the tool and torch (default 0: each one's default); 1 keeps a "
+                             "loaded machine's other work from stalling a call's second thread")
     args = parser.parse_args()
+    if args.threads > 0:
+        os.environ["MOEGRAD_NUM_THREADS"] = str(args.threads)  # the tool's
+        mt._C.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
     print(f"torch {torch.__version__}, moegrad {mt._C.version()} {mt._C.simd_target()}, "
-          f"{mt._C.num_threads()} threads; DeepSeek-V3 H={H} E={E} K={K}, bf16 tokens, fp32 probs, dropless")
+          f"{mt._C.num_threads()} threads (torch {torch.get_num_threads()}); DeepSeek-V3 H={H} E={E} K={K}, "
+          f"bf16 tokens, fp32 probs, dropless; copy {copy_gbps():.1f} GB/s")
     print(f"{'op':40} {'T':>3} {'tool':>9} {'extension':>10} {'+ outputs':>10} {'moegrad.torch':>14} "
           f"{'Python adds':>12} {'torch eager':>12}")
     for tokens in (1, 16):
         cpp = cpp_seconds(args.moegrad, tokens)
         with torch.no_grad():
             for op, (ours, direct, fresh, eager) in python_calls(tokens, gen).items():
-                t, d, f, e = alternated_medians([ours, direct, fresh, eager], args.rounds)
+                t, d, f = alternated_medians([ours, direct, fresh], args.rounds)
+                (e,) = alternated_medians([eager], args.rounds // 4 if eager else 0)
                 print(f"{op:40} {tokens:>3} {cpp[op] * 1e6:>7.1f}us {d * 1e6:>8.1f}us {f * 1e6:>8.1f}us "
                       f"{t * 1e6:>12.1f}us {(t - f) * 1e6:>10.1f}us {(f'{e * 1e6:.1f}us') if e else '-':>12}")
+    print(f"copy {copy_gbps():.1f} GB/s after the rows")
 
 
 if __name__ == "__main__":

@@ -228,6 +228,12 @@ def _run(key, tensors, attrs, arrays=None, symbolic=None):
     unknown = ((tensors.keys() - inputs) | (attrs.keys() ^ set(attr_names)) | (arrays.keys() - set(array_names)))
     if unknown:
         raise TypeError(f"moegrad: {key}: unknown or missing argument {sorted(unknown)[0]}")
+    # Real tensors of the regular kind (see _fast): one round trip; None where it declines (fake tensors, symbolic
+    # sizes, anything irregular), which the steps below then handle or word.
+    out = _CALLS[key](tuple(tensors.get(n) for n in _INPUT_NAMES[key]), tuple(attrs[n] for n in attr_names),
+                      tuple(arrays.get(n) for n in array_names))
+    if out is not None:
+        return dict(zip(_OUTPUT_NAMES[key], out))
     compiling = _compiling()
     fake = any(_is_fake(t) for t in tensors.values())
     descs = [_desc(key, n, tensors.get(n), fake, compiling=compiling) if n in inputs else None for n in tensor_names]
@@ -244,6 +250,8 @@ def _run(key, tensors, attrs, arrays=None, symbolic=None):
 
 
 _QUERY_NAMES = {key: key + "_outputs" for key in _C.OPS}
+_INPUT_NAMES = {key: tuple(info["inputs"]) for key, info in _C.INFO.items()}
+_OUTPUT_NAMES = {key: tuple(info["outputs"]) for key, info in _C.INFO.items()}
 
 
 def _permute(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False):
@@ -721,6 +729,33 @@ _torch_c = torch._C
 _profiler_enabled = torch.autograd._profiler_enabled
 
 
+# --- the one-round-trip path -------------------------------------------------------------------------------
+# A plain eager call (_plain_eager) that autograd does not record (grad mode off, or no differentiable input
+# requiring grad) is the operator alone: _C.<key>_call reads the tensors, runs the output query, allocates the
+# outputs with torch.empty and runs, in one extension call (docs/python.md, per-call overhead). It takes only
+# the regular case (plain strided CPU tensors of known dtypes, int attributes, bools or 0 / 1 for the boolean
+# ones, integer arrays as lists or tuples of ints) and returns None for anything else, having allocated and
+# written nothing; the public function then takes its full path, whose checks word the error. The library's
+# own errors it raises itself, the same ValueError as the output query's.
+
+_C.bind_tensor_type((torch.Tensor, torch.nn.Parameter), torch.strided, _DTYPE_CODES, _DTYPES, torch.empty)
+_CALLS = {key: getattr(_C, key + "_call") for key in _C.OPS}
+_grad_enabled = torch.is_grad_enabled
+
+
+def _fast(key, inputs, attrs, arrays=(), differentiable=()):
+    """The outputs of operator `key` (its _C.INFO[key] inputs, attributes and integer arrays, in that order) by
+    _C.<key>_call, or None where the call takes the full path: not plain eager, recorded by autograd (grad mode
+    on and one of `differentiable` requiring grad), or not the regular case."""
+    if _grad_enabled():
+        for t in differentiable:
+            if t is not None and getattr(t, "requires_grad", False):
+                return None
+    if not _plain_eager(inputs):
+        return None
+    return _CALLS[key](inputs, attrs, arrays)
+
+
 def _dispatch(name, *args):
     """The operator `name` on `args` (its schema's arguments, checked): its autograd kernel directly in plain eager
     mode, otherwise torch.ops.moegrad.<name> (_ENTRY)."""
@@ -730,8 +765,10 @@ def _dispatch(name, *args):
 
 
 # --- public API -------------------------------------------------------------------------------------------
-# Each function checks its arguments' Python types and converts its attributes (_check) before the dispatcher's
-# schema parsing sees them; the kernel then runs the library's output query, allocates and calls.
+# Each function first offers a plain eager call that autograd does not record to the one-round-trip path
+# (_fast). Otherwise, or where that declines, it checks its arguments' Python types and converts its attributes
+# (_check) before the dispatcher's schema parsing sees them; the kernel then runs the library's output query,
+# allocates and calls.
 
 def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=False):
     """Dispatch: copies the rows of tokens (T, H) into expert-major order as routed by routing_map (T, E).
@@ -741,6 +778,11 @@ def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_
     drop_and_pad: num_out_tokens is required, capacity C = num_out_tokens / E, N = E*C. Differentiable in
     tokens and probs (MoeTokenPermuteWithRoutingMapGrad), once.
     """
+    if num_out_tokens is not None:
+        out = _fast("token_permute_with_routing_map", (tokens, routing_map, probs), (num_out_tokens, drop_and_pad),
+                    differentiable=(tokens, probs))
+        if out is not None:
+            return out
     a = _check("token_permute_with_routing_map", dict(tokens=tokens, routingMap=routing_map, probs=probs),
                dict(numOutTokens=num_out_tokens, dropAndPad=drop_and_pad), may_be_none=("numOutTokens",))
     return _dispatch("moe_token_permute_with_routing_map", tokens, routing_map, probs, a["numOutTokens"],
@@ -755,6 +797,10 @@ def moe_finalize_routing_v2(expanded_x, expanded_row_idx, x1=None, x2=None, bias
     skip index -1. R comes from scales, x1, x2 or expert_idx (with none of them K = 1). Differentiable in
     expanded_x, scales, bias, x1 and x2 (MoeFinalizeRoutingV2Grad; the bias gradient with torch ops), once.
     """
+    out = _fast("finalize_routing_v2", (expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx),
+                (drop_pad_mode,), differentiable=(expanded_x, x1, x2, bias, scales))
+    if out is not None:
+        return out[0]
     a = _check("finalize_routing_v2",
                dict(expandedX=expanded_x, expandedRowIdx=expanded_row_idx, x1=x1, x2=x2, bias=bias, scales=scales,
                     expertIdx=expert_idx),
@@ -770,6 +816,11 @@ def moe_finalize_routing_v2_grad(grad_y, expanded_row_idx, expanded_x=None, scal
     Returns (grad_expanded_x, grad_scales or None); grad_scales is computed when scales is given. The outputs
     are not differentiable.
     """
+    out = _fast("finalize_routing_v2_grad", (grad_y, expanded_row_idx, expanded_x, scales, expert_idx, bias),
+                (drop_pad_mode, active_num, expert_num, expert_capacity),
+                differentiable=(grad_y, expanded_x, scales, bias))
+    if out is not None:
+        return out
     a = _check("finalize_routing_v2_grad",
                dict(gradY=grad_y, expandedRowIdx=expanded_row_idx, expandedX=expanded_x, scales=scales,
                     expertIdx=expert_idx, bias=bias),
@@ -788,6 +839,12 @@ def moe_token_permute_with_routing_map_grad(permuted_token_output_grad, sorted_i
     permuted_probs_output_grad is given (dropless mode then needs routing_map). The outputs are not
     differentiable.
     """
+    out = _fast("token_permute_with_routing_map_grad",
+                (permuted_token_output_grad, permuted_probs_output_grad, sorted_indices, routing_map),
+                (num_experts, tokens_num, drop_and_pad),
+                differentiable=(permuted_token_output_grad, permuted_probs_output_grad))
+    if out is not None:
+        return out
     a = _check("token_permute_with_routing_map_grad",
                dict(permutedTokenOutputGrad=permuted_token_output_grad,
                     permutedProbsOutputGrad=permuted_probs_output_grad, sortedIndices=sorted_indices,
@@ -806,6 +863,10 @@ def moe_init_routing_v2_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_
     dropped (mode 1: -1). grad_expanded_x is (rows, H) in mode 0 and (E, C, H) in mode 1; returns out (L/K, H).
     The output is not differentiable.
     """
+    out = _fast("init_routing_v2_grad", (grad_expanded_x, expanded_row_idx), (top_k, drop_pad_mode, active_num),
+                differentiable=(grad_expanded_x,))
+    if out is not None:
+        return out[0]
     a = _check("init_routing_v2_grad", dict(gradExpandedX=grad_expanded_x, expandedRowIdx=expanded_row_idx),
                dict(topK=top_k, dropPadMode=drop_pad_mode, activeNum=active_num))
     return _dispatch("moe_init_routing_v2_grad", grad_expanded_x, expanded_row_idx, a["topK"], a["dropPadMode"],
@@ -822,6 +883,11 @@ def moe_init_routing_v2(x, expert_idx, active_num=0, expert_capacity=0, expert_n
     capacity with expert_tokens_before_capacity_flag. Differentiable in x (MoeInitRoutingV2Grad), once; the
     index and count outputs are not differentiable.
     """
+    out = _fast("init_routing_v2", (x, expert_idx),
+                (active_num, expert_capacity, expert_num, drop_pad_mode, expert_tokens_count_or_cumsum_flag,
+                 expert_tokens_before_capacity_flag), differentiable=(x,))
+    if out is not None:
+        return out
     a = _check("init_routing_v2", dict(x=x, expertIdx=expert_idx),
                dict(activeNum=active_num, expertCapacity=expert_capacity, expertNum=expert_num,
                     dropPadMode=drop_pad_mode, expertTokensCountOrCumsumFlag=expert_tokens_count_or_cumsum_flag,
@@ -845,6 +911,10 @@ def moe_token_unpermute_with_routing_map(permuted_tokens, sorted_indices, routin
     contributions' rows and tokens ordered by token, and each contribution's weight. Differentiable in
     permuted_tokens and probs (MoeTokenUnpermuteWithRoutingMapGrad), once; the other outputs are not.
     """
+    out = _fast("token_unpermute_with_routing_map", (permuted_tokens, sorted_indices, routing_map, probs),
+                (padded_mode,), (restore_shape,), differentiable=(permuted_tokens, probs))
+    if out is not None:
+        return out
     a = _check("token_unpermute_with_routing_map",
                dict(permutedTokens=permuted_tokens, sortedIndices=sorted_indices, routingMapOptional=routing_map,
                     probsOptional=probs),
@@ -868,6 +938,10 @@ def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index,
     differentiable.
     """
     key = "token_unpermute_with_routing_map_grad"
+    out = _fast(key, (unpermuted_tokens_grad, out_index, permute_token_id, routing_map, permuted_tokens, probs),
+                (drop_and_pad,), (restore_shape,), differentiable=(unpermuted_tokens_grad, permuted_tokens, probs))
+    if out is not None:
+        return out
     a = _check(key, dict(unpermutedTokensGrad=unpermuted_tokens_grad, outIndex=out_index,
                          permuteTokenId=permute_token_id, routingMapOptional=routing_map,
                          permutedTokensOptional=permuted_tokens, probsOptional=probs),
