@@ -108,17 +108,16 @@ def _attr(key, name, value, compiling=None):
     return number
 
 
-def _check(key, tensors, attrs, may_be_none=()):
-    """Checks `tensors` and converts `attrs` (by the operator's names; None stays None for the attributes named
-    in may_be_none) as _tensor and _attr do, in the operator's order: what must hold before torch.ops' schema
-    parsing sees them."""
+def _check(key, inputs, attrs=(), may_be_none=()):
+    """Checks `inputs` and converts `attrs` (the operator's inputs and attributes in their _C.OPS order, as
+    _fast takes them; None stays None for the attributes named in may_be_none) as _tensor and _attr do: what
+    must hold before torch.ops' schema parsing sees them. Returns the converted attributes, in order."""
     tensor_names, attr_names = _C.OPS[key]
     compiling = _compiling()
-    for name in tensor_names:
-        if name in tensors:
-            _tensor(key, name, tensors[name], compiling)
-    return {n: (None if attrs[n] is None and n in may_be_none else _attr(key, n, attrs[n], compiling))
-            for n in attr_names if n in attrs}
+    for name, t in zip(tensor_names, inputs):
+        _tensor(key, name, t, compiling)
+    return tuple(None if v is None and n in may_be_none else _attr(key, n, v, compiling)
+                 for n, v in zip(attr_names, attrs))
 
 
 # A fake tensor (torch.compile, torch.library.opcheck, FakeTensorMode) has metadata and no memory: phase one's
@@ -258,7 +257,7 @@ def _permute(tokens, routing_map, probs=None, num_out_tokens=None, drop_and_pad=
     key = "token_permute_with_routing_map"
     tensors = dict(tokens=tokens, routingMap=routing_map, probs=probs)
     if num_out_tokens is None:
-        _check(key, tensors, {})  # before count_nonzero reads the map (_run checks every other call)
+        _check(key, (tokens, routing_map, probs))  # before count_nonzero reads the map (_run checks every other call)
         if drop_and_pad:
             raise ValueError(f"{_op(key)}: num_out_tokens is required with drop_and_pad")
         if _is_fake(routing_map):
@@ -778,15 +777,12 @@ def moe_token_permute_with_routing_map(tokens, routing_map, probs=None, num_out_
     drop_and_pad: num_out_tokens is required, capacity C = num_out_tokens / E, N = E*C. Differentiable in
     tokens and probs (MoeTokenPermuteWithRoutingMapGrad), once.
     """
+    key, inputs, attrs = "token_permute_with_routing_map", (tokens, routing_map, probs), (num_out_tokens, drop_and_pad)
     if num_out_tokens is not None:
-        out = _fast("token_permute_with_routing_map", (tokens, routing_map, probs), (num_out_tokens, drop_and_pad),
-                    differentiable=(tokens, probs))
+        out = _fast(key, inputs, attrs, differentiable=(tokens, probs))
         if out is not None:
             return out
-    a = _check("token_permute_with_routing_map", dict(tokens=tokens, routingMap=routing_map, probs=probs),
-               dict(numOutTokens=num_out_tokens, dropAndPad=drop_and_pad), may_be_none=("numOutTokens",))
-    return _dispatch("moe_token_permute_with_routing_map", tokens, routing_map, probs, a["numOutTokens"],
-                                                          a["dropAndPad"])
+    return _dispatch("moe_" + key, *inputs, *_check(key, inputs, attrs, may_be_none=("numOutTokens",)))
 
 
 def moe_finalize_routing_v2(expanded_x, expanded_row_idx, x1=None, x2=None, bias=None, scales=None,
@@ -797,16 +793,12 @@ def moe_finalize_routing_v2(expanded_x, expanded_row_idx, x1=None, x2=None, bias
     skip index -1. R comes from scales, x1, x2 or expert_idx (with none of them K = 1). Differentiable in
     expanded_x, scales, bias, x1 and x2 (MoeFinalizeRoutingV2Grad; the bias gradient with torch ops), once.
     """
-    out = _fast("finalize_routing_v2", (expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx),
-                (drop_pad_mode,), differentiable=(expanded_x, x1, x2, bias, scales))
+    key, inputs, attrs = "finalize_routing_v2", (expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx), \
+        (drop_pad_mode,)
+    out = _fast(key, inputs, attrs, differentiable=(expanded_x, x1, x2, bias, scales))
     if out is not None:
         return out[0]
-    a = _check("finalize_routing_v2",
-               dict(expandedX=expanded_x, expandedRowIdx=expanded_row_idx, x1=x1, x2=x2, bias=bias, scales=scales,
-                    expertIdx=expert_idx),
-               dict(dropPadMode=drop_pad_mode))
-    return _dispatch("moe_finalize_routing_v2", expanded_x, expanded_row_idx, x1, x2, bias, scales, expert_idx,
-                                               a["dropPadMode"])
+    return _dispatch("moe_" + key, *inputs, *_check(key, inputs, attrs))
 
 
 def moe_finalize_routing_v2_grad(grad_y, expanded_row_idx, expanded_x=None, scales=None, expert_idx=None,
@@ -816,19 +808,13 @@ def moe_finalize_routing_v2_grad(grad_y, expanded_row_idx, expanded_x=None, scal
     Returns (grad_expanded_x, grad_scales or None); grad_scales is computed when scales is given. The outputs
     are not differentiable.
     """
-    out = _fast("finalize_routing_v2_grad", (grad_y, expanded_row_idx, expanded_x, scales, expert_idx, bias),
-                (drop_pad_mode, active_num, expert_num, expert_capacity),
-                differentiable=(grad_y, expanded_x, scales, bias))
+    key = "finalize_routing_v2_grad"
+    inputs = (grad_y, expanded_row_idx, expanded_x, scales, expert_idx, bias)
+    attrs = (drop_pad_mode, active_num, expert_num, expert_capacity)
+    out = _fast(key, inputs, attrs, differentiable=(grad_y, expanded_x, scales, bias))
     if out is not None:
         return out
-    a = _check("finalize_routing_v2_grad",
-               dict(gradY=grad_y, expandedRowIdx=expanded_row_idx, expandedX=expanded_x, scales=scales,
-                    expertIdx=expert_idx, bias=bias),
-               dict(dropPadMode=drop_pad_mode, activeNum=active_num, expertNum=expert_num,
-                    expertCapacity=expert_capacity))
-    return _dispatch("moe_finalize_routing_v2_grad", grad_y, expanded_row_idx, expanded_x, scales, expert_idx, bias,
-                                                    a["dropPadMode"], a["activeNum"], a["expertNum"],
-                                                    a["expertCapacity"])
+    return _dispatch("moe_" + key, *inputs, *_check(key, inputs, attrs))
 
 
 def moe_token_permute_with_routing_map_grad(permuted_token_output_grad, sorted_indices, num_experts, tokens_num,
@@ -839,20 +825,15 @@ def moe_token_permute_with_routing_map_grad(permuted_token_output_grad, sorted_i
     permuted_probs_output_grad is given (dropless mode then needs routing_map). The outputs are not
     differentiable.
     """
-    out = _fast("token_permute_with_routing_map_grad",
-                (permuted_token_output_grad, permuted_probs_output_grad, sorted_indices, routing_map),
-                (num_experts, tokens_num, drop_and_pad),
-                differentiable=(permuted_token_output_grad, permuted_probs_output_grad))
+    key = "token_permute_with_routing_map_grad"
+    inputs = (permuted_token_output_grad, permuted_probs_output_grad, sorted_indices, routing_map)
+    attrs = (num_experts, tokens_num, drop_and_pad)
+    out = _fast(key, inputs, attrs, differentiable=(permuted_token_output_grad, permuted_probs_output_grad))
     if out is not None:
         return out
-    a = _check("token_permute_with_routing_map_grad",
-               dict(permutedTokenOutputGrad=permuted_token_output_grad,
-                    permutedProbsOutputGrad=permuted_probs_output_grad, sortedIndices=sorted_indices,
-                    routingMap=routing_map),
-               dict(numExperts=num_experts, tokensNum=tokens_num, dropAndPad=drop_and_pad))
-    return _dispatch("moe_token_permute_with_routing_map_grad", permuted_token_output_grad, sorted_indices,
-                                                               a["numExperts"], a["tokensNum"], a["dropAndPad"],
-                                                               permuted_probs_output_grad, routing_map)
+    # The schema's order differs from the C API's: the attributes before the optional inputs.
+    return _dispatch("moe_" + key, permuted_token_output_grad, sorted_indices, *_check(key, inputs, attrs),
+                     permuted_probs_output_grad, routing_map)
 
 
 def moe_init_routing_v2_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_mode=0, active_num=0):
@@ -863,14 +844,11 @@ def moe_init_routing_v2_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_
     dropped (mode 1: -1). grad_expanded_x is (rows, H) in mode 0 and (E, C, H) in mode 1; returns out (L/K, H).
     The output is not differentiable.
     """
-    out = _fast("init_routing_v2_grad", (grad_expanded_x, expanded_row_idx), (top_k, drop_pad_mode, active_num),
-                differentiable=(grad_expanded_x,))
+    key, inputs, attrs = "init_routing_v2_grad", (grad_expanded_x, expanded_row_idx), (top_k, drop_pad_mode, active_num)
+    out = _fast(key, inputs, attrs, differentiable=(grad_expanded_x,))
     if out is not None:
         return out[0]
-    a = _check("init_routing_v2_grad", dict(gradExpandedX=grad_expanded_x, expandedRowIdx=expanded_row_idx),
-               dict(topK=top_k, dropPadMode=drop_pad_mode, activeNum=active_num))
-    return _dispatch("moe_init_routing_v2_grad", grad_expanded_x, expanded_row_idx, a["topK"], a["dropPadMode"],
-                                                a["activeNum"])
+    return _dispatch("moe_" + key, *inputs, *_check(key, inputs, attrs))
 def moe_init_routing_v2(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
                         expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False):
     """The operator MoeInitRoutingV2 (V2 dispatch): the rows of x (N, H) in the order of the token-major pairs
@@ -883,18 +861,13 @@ def moe_init_routing_v2(x, expert_idx, active_num=0, expert_capacity=0, expert_n
     capacity with expert_tokens_before_capacity_flag. Differentiable in x (MoeInitRoutingV2Grad), once; the
     index and count outputs are not differentiable.
     """
-    out = _fast("init_routing_v2", (x, expert_idx),
-                (active_num, expert_capacity, expert_num, drop_pad_mode, expert_tokens_count_or_cumsum_flag,
-                 expert_tokens_before_capacity_flag), differentiable=(x,))
+    key, inputs = "init_routing_v2", (x, expert_idx)
+    attrs = (active_num, expert_capacity, expert_num, drop_pad_mode, expert_tokens_count_or_cumsum_flag,
+             expert_tokens_before_capacity_flag)
+    out = _fast(key, inputs, attrs, differentiable=(x,))
     if out is not None:
         return out
-    a = _check("init_routing_v2", dict(x=x, expertIdx=expert_idx),
-               dict(activeNum=active_num, expertCapacity=expert_capacity, expertNum=expert_num,
-                    dropPadMode=drop_pad_mode, expertTokensCountOrCumsumFlag=expert_tokens_count_or_cumsum_flag,
-                    expertTokensBeforeCapacityFlag=expert_tokens_before_capacity_flag))
-    return _dispatch("moe_init_routing_v2", x, expert_idx, a["activeNum"], a["expertCapacity"], a["expertNum"],
-                                         a["dropPadMode"], a["expertTokensCountOrCumsumFlag"],
-                                         a["expertTokensBeforeCapacityFlag"])
+    return _dispatch("moe_" + key, *inputs, *_check(key, inputs, attrs))
 
 
 def moe_token_unpermute_with_routing_map(permuted_tokens, sorted_indices, routing_map=None, probs=None,
@@ -911,17 +884,13 @@ def moe_token_unpermute_with_routing_map(permuted_tokens, sorted_indices, routin
     contributions' rows and tokens ordered by token, and each contribution's weight. Differentiable in
     permuted_tokens and probs (MoeTokenUnpermuteWithRoutingMapGrad), once; the other outputs are not.
     """
-    out = _fast("token_unpermute_with_routing_map", (permuted_tokens, sorted_indices, routing_map, probs),
-                (padded_mode,), (restore_shape,), differentiable=(permuted_tokens, probs))
+    key, inputs, attrs = "token_unpermute_with_routing_map", (permuted_tokens, sorted_indices, routing_map, probs), \
+        (padded_mode,)
+    out = _fast(key, inputs, attrs, (restore_shape,), differentiable=(permuted_tokens, probs))
     if out is not None:
         return out
-    a = _check("token_unpermute_with_routing_map",
-               dict(permutedTokens=permuted_tokens, sortedIndices=sorted_indices, routingMapOptional=routing_map,
-                    probsOptional=probs),
-               dict(paddedMode=padded_mode))
-    shape = _int_array("token_unpermute_with_routing_map", "restoreShapeOptional", restore_shape)
-    return _dispatch("moe_token_unpermute_with_routing_map", permuted_tokens, sorted_indices, routing_map, probs,
-                                                            a["paddedMode"], shape)
+    attrs = _check(key, inputs, attrs)
+    return _dispatch("moe_" + key, *inputs, *attrs, _int_array(key, "restoreShapeOptional", restore_shape))
 
 
 def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index, permute_token_id, routing_map=None,
@@ -938,18 +907,13 @@ def moe_token_unpermute_with_routing_map_grad(unpermuted_tokens_grad, out_index,
     differentiable.
     """
     key = "token_unpermute_with_routing_map_grad"
-    out = _fast(key, (unpermuted_tokens_grad, out_index, permute_token_id, routing_map, permuted_tokens, probs),
-                (drop_and_pad,), (restore_shape,), differentiable=(unpermuted_tokens_grad, permuted_tokens, probs))
+    inputs = (unpermuted_tokens_grad, out_index, permute_token_id, routing_map, permuted_tokens, probs)
+    out = _fast(key, inputs, (drop_and_pad,), (restore_shape,),
+                differentiable=(unpermuted_tokens_grad, permuted_tokens, probs))
     if out is not None:
         return out
-    a = _check(key, dict(unpermutedTokensGrad=unpermuted_tokens_grad, outIndex=out_index,
-                         permuteTokenId=permute_token_id, routingMapOptional=routing_map,
-                         permutedTokensOptional=permuted_tokens, probsOptional=probs),
-               dict(dropAndPad=drop_and_pad))
-    shape = _int_array(key, "restoreShapeOptional", restore_shape)
-    return _dispatch("moe_token_unpermute_with_routing_map_grad", unpermuted_tokens_grad, out_index, permute_token_id,
-                                                                 routing_map, permuted_tokens, probs, a["dropAndPad"],
-                                                                 shape)
+    attrs = _check(key, inputs, (drop_and_pad,))
+    return _dispatch("moe_" + key, *inputs, *attrs, _int_array(key, "restoreShapeOptional", restore_shape))
 
 
 # --- whole pipelines (one call in, one call out) and the Megatron-core drop-in ---------------------------------
