@@ -317,6 +317,20 @@ TEST(TokenPermuteWithRoutingMapGrad, EveryTargetAndThreadCountBitIdentical) {
       .all_targets(true).Test({DType::kFloat16, DType::kBFloat16});
 }
 
+// Decode sizes in drop-and-pad mode: every slot belongs to one or two tokens, so the threads split the columns
+// of the token rows instead of the tokens (rows on and off 64-byte lines).
+TEST(TokenPermuteWithRoutingMapGrad, FewTokensSplitColumns) {
+  for (int64_t T : {1, 2}) {
+    for (int64_t H : {4096, 2085}) {
+      for (const DTypes& d : {DTypes{DType::kFloat32, DType::kFloat32}, DTypes{DType::kBFloat16, DType::kBFloat16},
+                              DTypes{DType::kBFloat16, DType::kFloat32}}) {
+        TokenPermuteWithRoutingMapGradTester().drop_and_pad(true).tokens(T).experts(64).capacity(1).hidden(H)
+            .seed(T * H).all_targets(true).Test(d);
+      }
+    }
+  }
+}
+
 TEST(TokenPermuteWithRoutingMapGrad, WideAndTallRoutingMaps) {
   // Dropless probsGrad reads the map in vectors of up to 64 bytes, four at a time, with byte counters flushed
   // every 255 rows: expert counts around and past those widths, and blocks of more than 255 token rows.

@@ -173,6 +173,23 @@ TEST(TokenPermuteWithRoutingMap, HandComputed) {
   }
 }
 
+// Decode sizes in drop-and-pad mode: one or two tokens fill every expert's slot, so the threads split the
+// columns of the rows instead of the tokens; rows on and off 64-byte lines, and (E = 320, H = 7168) streaming
+// stores.
+TEST(TokenPermuteWithRoutingMap, FewTokensSplitColumns) {
+  uint64_t seed = 1300;
+  for (int64_t T : {1, 2}) {
+    for (int64_t H : {4096, 2085}) {
+      for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+        TokenPermuteWithRoutingMapTester().tokens(T).experts(64).capacity(1).drop_and_pad(true).hidden(H)
+            .seed(seed++).all_targets(true).Test(dt);
+      }
+    }
+  }
+  TokenPermuteWithRoutingMapTester().tokens(1).experts(320).capacity(1).drop_and_pad(true).hidden(7168)
+      .seed(seed++).all_targets(true).Test(DType::kFloat32);
+}
+
 TEST(TokenPermuteWithRoutingMap, HiddenSizesAndDTypes) {
   uint64_t seed = 1;
   for (int64_t H : {1, 3, 8, 17, 64, 100, 1031}) {

@@ -316,6 +316,20 @@ TEST(TokenUnpermuteWithRoutingMapGrad, EveryTargetAndThreadCountBitIdentical) {
   }
 }
 
+// Decode sizes in drop-and-pad mode: one or two tokens own every pair, so the threads take the row walk, split
+// by rows, instead of the token walk (the same bits; rows on and off 64-byte lines).
+TEST(TokenUnpermuteWithRoutingMapGrad, FewTokensSplitRows) {
+  for (int64_t T : {1, 2}) {
+    for (int64_t H : {4096, 2085}) {
+      for (const DTypes& d : {DTypes{DType::kFloat32, DType::kFloat32}, DTypes{DType::kBFloat16, DType::kBFloat16},
+                              DTypes{DType::kBFloat16, DType::kFloat32}}) {
+        Tester().drop_and_pad(true).tokens(T).experts(64).capacity(1).hidden(H).seed(T * H).all_targets(true)
+            .Test(d);
+      }
+    }
+  }
+}
+
 TEST(TokenUnpermuteWithRoutingMapGrad, RandomSweep) {
   std::mt19937_64 rng(2026);
   const int64_t hiddens[] = {0, 1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 64, 100};

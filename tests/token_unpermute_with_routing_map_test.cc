@@ -359,6 +359,23 @@ TEST(TokenUnpermuteWithRoutingMap, BitIdenticalAcrossSimdTargetsAndThreads) {
       .hidden(64).random_indices(true).all_targets(true).seed(11).Test({DType::kFloat32, DType::kFloat16});
 }
 
+// Decode sizes in the pad mode: one or two tokens collect every contribution, so the threads split the columns
+// of the token rows instead of the tokens (rows on and off 64-byte lines; with and without probs).
+TEST(TokenUnpermuteWithRoutingMap, FewTokensSplitColumns) {
+  uint64_t seed = 1400;
+  for (int64_t T : {1, 2}) {
+    for (int64_t H : {4096, 2085}) {
+      for (const DTypes& d : {DTypes{DType::kFloat32, DType::kFloat32}, DTypes{DType::kBFloat16, DType::kBFloat16},
+                              DTypes{DType::kBFloat16, DType::kFloat32}}) {
+        for (bool probs : {true, false}) {
+          TokenUnpermuteWithRoutingMapTester().padded(true).tokens(T).experts(64).capacity(1).hidden(H)
+              .probs(probs).seed(seed++).all_targets(true).Test(d);
+        }
+      }
+    }
+  }
+}
+
 // Outputs of 1 MiB and more in calls that move 8 MiB take streaming stores (no probs: the gather sums).
 TEST(TokenUnpermuteWithRoutingMap, LargeOutputsStream) {
   uint64_t seed = 500;

@@ -20,6 +20,13 @@ struct RowView {
   }
   template <typename T>
   T* Row(int64_t v) const { return static_cast<T*>(data) + RowOffset(v); }
+  // The same rows from column j on (elements of type T).
+  template <typename T>
+  RowView FromColumn(int64_t j) const {
+    RowView v = *this;
+    v.data = static_cast<T*>(data) + j * col_stride;
+    return v;
+  }
 };
 
 // A 1-D (n) or 2-D (a, b) view read as a flat sequence: element i = (i / b, i % b).

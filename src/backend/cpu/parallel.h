@@ -25,6 +25,23 @@ inline void Balance211(int64_t n, int parts, int i, int64_t* begin, int64_t* end
   *end = *begin + base + (i < extra ? 1 : 0);
 }
 
+// Whether ranges of whole tokens would leave threads idle: the heaviest token (its cost in the units of
+// `total`) is over half of one part's share (one token routed to every expert slot at decode sizes, the
+// padding token of a drop-and-pad call). Kernels then split the columns of every row, or the rows, instead;
+// each output element adds the same terms in the same order either way.
+inline bool UnevenTokens(int64_t heaviest, int64_t total, int parts) {
+  return parts > 1 && heaviest * 2 * parts > total;
+}
+
+// Columns [begin, end) of rows of h elements of `size` bytes for part i of `parts`: about equal shares, their
+// boundaries on 64-byte lines so that no two parts write one cache line of an aligned row.
+inline void BalanceColumns(int64_t h, int64_t size, int parts, int i, int64_t* begin, int64_t* end) {
+  const int64_t line = std::max<int64_t>(1, 64 / std::max<int64_t>(size, 1));
+  Balance211(CeilDiv(h, line), parts, i, begin, end);
+  *begin = std::min(h, *begin * line);
+  *end = std::min(h, *end * line);
+}
+
 // Calls fn(b, e) on disjoint ranges covering [begin, end); at most one range per thread and no range
 // shorter than `grain` items (unless the whole range is). Runs inline inside another parallel region.
 template <typename Fn>

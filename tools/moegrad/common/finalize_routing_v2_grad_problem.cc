@@ -53,7 +53,7 @@ class FinalizeRoutingV2GradProblem final : public OpProblem<FinalizeRoutingV2Gra
     const uint64_t R = c_.shape.tokens, H = c_.shape.hidden, K = c_.shape.topk, E = c_.shape.experts;
     uint64_t bytes = R * H * b + R * K * 4 + static_cast<uint64_t>(rows_) * H * b;
     if (c_.scales) bytes += CountDistinct(row_idx_, 0, rows_) * H * b + 2 * R * K * w;
-    if (c_.bias) bytes += R * K * 4 + E * H * b;
+    if (c_.bias) bytes += R * K * 4 + CountDistinct(expert_idx_, 0, E) * H * b;  // the bias rows named
     return bytes;
   }
 

@@ -52,7 +52,7 @@ class FinalizeRoutingV2Problem final : public OpProblem<FinalizeRoutingV2Config>
     if (c_.x1) bytes += R * H * b;
     if (c_.x2) bytes += R * H * b;
     if (c_.scales) bytes += R * K * w;
-    if (c_.bias) bytes += R * K * 4 + E * H * b;
+    if (c_.bias) bytes += R * K * 4 + CountDistinct(expert_idx_, 0, E) * H * b;  // the bias rows named
     return bytes;
   }
 

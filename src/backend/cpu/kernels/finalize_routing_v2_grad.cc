@@ -81,8 +81,7 @@ void FinalizeRoutingV2GradTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t
   };
   TokenPairRows<T> groups[2][kTokenGroup];
   HWY_ALIGN float part[kTokenGroup][16];
-  UnderflowWatch watch;
-  bool fma = false;
+  UnderflowWatch watch(WatchesUnderflow<T>());
   int cur = 0;
   if (r_begin < r_end && K > 0) look_up(r_begin * K, groups[cur]);  // K = 0: no pairs, nothing to read
   for (int64_t i0 = r_begin * K; i0 < r_end * K; i0 = group_end(i0), cur ^= 1) {
@@ -96,6 +95,7 @@ void FinalizeRoutingV2GradTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t
     if (next_count > 0) look_up(next0, next);
     const T* g_next = next_count > 0 && next0 % K == 0 ? p.grad_y.Row<const T>(next0 / K) : nullptr;
     bool aligned = true;
+    const bool fma = watch.seen();
     for (int64_t m = 0; m < count; ++m) {
       pairs[m].x_next = m < next_count ? next[m].x : nullptr;
       if (pairs[m].out != nullptr && !StreamAligned(pairs[m].out)) aligned = false;
@@ -117,7 +117,7 @@ void FinalizeRoutingV2GradTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t
       StoreWeight(p.grad_scales, i0 + m, p.weight_dtype, dot);
     }
     // From the first underflowing product on, the products take the FMA form (underflow_watch.h).
-    fma = fma || watch.Seen();
+    watch.Poll();
   }
 }
 

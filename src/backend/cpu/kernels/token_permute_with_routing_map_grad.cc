@@ -100,13 +100,25 @@ void TokenPermuteWithRoutingMapGradDropPadTyped(const TokenPermuteWithRoutingMap
   const bool stream = StreamOutput(p.tokens * row_bytes, moved);
   // Token row t gathers the rows p with sortedIndices[p] == t, ascending (zero when none); its probsGrad row
   // sums permutedProbsOutputGrad[p] per expert p / C, in the same ascending order. Threads take token ranges
-  // of about equal rows moved (the rows a token gathers plus its own).
+  // of about equal rows moved (the rows a token gathers plus its own), or, where one token gathers most of
+  // the rows (decode sizes, the padding token), ranges of the columns of every token (the probs still by tokens).
+  int64_t heaviest = 0;
+  for (int64_t t = 0; t < p.tokens; ++t) heaviest = std::max(heaviest, p.offsets[t + 1] - p.offsets[t] + 1);
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t begin, end;
     internal::BalanceByCost(p.tokens, parts, part, [&](int64_t t) { return p.offsets[t] + t; }, &begin, &end);
-    GatherSums<T>(
-        p.grad, p.tokens_grad, H, begin, end, [&](int64_t t) { return p.offsets[t + 1] - p.offsets[t]; },
-        [&](int64_t t, int64_t m) { return p.slots[p.offsets[t] + m]; }, stream);
+    auto count_of = [&](int64_t t) { return p.offsets[t + 1] - p.offsets[t]; };
+    auto row_of = [&](int64_t t, int64_t m) { return p.slots[p.offsets[t] + m]; };
+    if (internal::UnevenTokens(heaviest, p.rows + p.tokens, parts)) {
+      int64_t j0, j1;
+      internal::BalanceColumns(H, sizeof(T), parts, part, &j0, &j1);
+      if (j0 < j1) {
+        GatherSums<T>(p.grad.FromColumn<T>(j0), p.tokens_grad.FromColumn<T>(j0), j1 - j0, 0, p.tokens, count_of,
+                      row_of, stream);
+      }
+    } else {
+      GatherSums<T>(p.grad, p.tokens_grad, H, begin, end, count_of, row_of, stream);
+    }
     if (has_probs) WithFloatType(p.weight_dtype, [&](auto w) { DropPadProbsRows<decltype(w)>(p, begin, end); });
     if (stream) hwy::FlushStream();
   });

@@ -171,14 +171,29 @@ void UnpermuteTyped(const TokenUnpermuteWithRoutingMapTask& p) {
   const int64_t moved = (N + p.tokens) * row_bytes;
   const bool stream = StreamOutput(p.tokens * row_bytes, moved);
   // Threads take token ranges of about equal rows moved (the rows a token gathers plus its own), and an equal
-  // share of the index outputs.
+  // share of the index outputs. In the pad mode a token can gather most of the rows (one token at decode
+  // sizes, the padding token): then every thread takes a range of columns of every token instead.
+  int64_t heaviest = 0;
+  if (p.padded_mode) {
+    for (int64_t t = 0; t < p.tokens; ++t) heaviest = std::max(heaviest, p.offsets[t + 1] - p.offsets[t] + 1);
+  }
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t begin, end;
     if (p.padded_mode) {
-      internal::BalanceByCost(p.tokens, parts, part, [&](int64_t t) { return p.offsets[t] + t; }, &begin, &end);
-      UnpermuteRows<T>(
-          p, begin, end, [&](int64_t t) { return p.offsets[t + 1] - p.offsets[t]; },
-          [&](int64_t t, int64_t m) { return p.slots[p.offsets[t] + m]; }, stream);
+      auto count_of = [&](int64_t t) { return p.offsets[t + 1] - p.offsets[t]; };
+      auto q_of = [&](int64_t t, int64_t m) { return p.slots[p.offsets[t] + m]; };
+      if (internal::UnevenTokens(heaviest, N + p.tokens, parts)) {
+        int64_t j0, j1;
+        internal::BalanceColumns(H, sizeof(T), parts, part, &j0, &j1);
+        TokenUnpermuteWithRoutingMapTask columns = p;
+        columns.permuted = p.permuted.FromColumn<T>(j0);
+        columns.unpermuted = p.unpermuted.FromColumn<T>(j0);
+        columns.hidden = j1 - j0;
+        if (j0 < j1) UnpermuteRows<T>(columns, 0, p.tokens, count_of, q_of, stream);
+      } else {
+        internal::BalanceByCost(p.tokens, parts, part, [&](int64_t t) { return p.offsets[t] + t; }, &begin, &end);
+        UnpermuteRows<T>(p, begin, end, count_of, q_of, stream);
+      }
     } else {
       const int64_t K = p.topk;
       internal::Balance211(p.tokens, parts, part, &begin, &end);

@@ -41,8 +41,7 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
   const RowView& x = p.permuted_tokens;
   const RowView& out = p.permuted_tokens_grad;
   const bool unit = g.col_stride == 1 && x.col_stride == 1 && out.col_stride == 1;
-  UnderflowWatch watch;
-  bool fma = false;
+  UnderflowWatch watch(WatchesUnderflow<T>());
   for (int64_t r = begin; r < end; ++r) {
     const int64_t* pairs = p.row_pairs + p.row_offsets[r];
     const int64_t count = p.row_offsets[r + 1] - p.row_offsets[r];
@@ -54,8 +53,8 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
       rows.g = g.Row<const T>(TokenOf(p, i));
       rows.out = dst;
       rows.x = xr;
-      p.dots[i] = ScaleRowDot(rows, WeightOf(p, i), stream, H, 0, nullptr, fma);
-      fma = fma || watch.Seen();  // underflow_watch.h
+      p.dots[i] = ScaleRowDot(rows, WeightOf(p, i), stream, H, 0, nullptr, watch.seen());
+      watch.Poll();  // underflow_watch.h
       continue;
     }
     SumRowsOf<T>(
@@ -109,8 +108,7 @@ void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool st
   TokenPairRows<T> rows[2][kTokenGroup];
   int64_t pairs[2][kTokenGroup];
   HWY_ALIGN float part[kTokenGroup][16];
-  UnderflowWatch watch;
-  bool fma = false;
+  UnderflowWatch watch(WatchesUnderflow<T>());
   int cur = 0;
   Group g = t_begin < t_end ? after(Group{t_begin, first(t_begin), 0}) : Group{t_end, 0, 0};
   look_up(g, rows[cur], pairs[cur]);
@@ -121,6 +119,7 @@ void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool st
     const T* g_next = next.count > 0 && next.t != g.t ? p.grad.Row<const T>(next.t) : nullptr;
     TokenPairRows<T>* q = rows[cur];
     bool aligned = true;
+    const bool fma = watch.seen();
     for (int64_t m = 0; m < g.count; ++m) {
       q[m].x_next = m < next.count ? rows[cur ^ 1][m].x : nullptr;
       aligned = aligned && StreamAligned(q[m].out);
@@ -134,7 +133,7 @@ void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool st
       p.dots[pairs[cur][m]] = ScaleRowDot<T>(r, q[m].s, stream, H, end, part[m], fma);
     }
     // From the first underflowing product on, the products take the FMA form (underflow_watch.h).
-    fma = fma || watch.Seen();
+    watch.Poll();
     g = next;
   }
 }
@@ -180,9 +179,20 @@ void TokenUnpermuteWithRoutingMapGradTyped(const Task& p) {
   bool one_pair_rows = has_probs && p.grad.col_stride == 1 && p.permuted_tokens.col_stride == 1 &&
                        p.permuted_tokens_grad.col_stride == 1;
   for (int64_t r = 0; one_pair_rows && r < N; ++r) one_pair_rows = p.row_offsets[r] == r;
+  // The token walk reads a token's gradient row once for all its pairs; where one token has most of the pairs
+  // (decode sizes, the padding token) its threads would idle, and the row walk (each row on its own, the same
+  // arithmetic) splits them evenly.
+  int64_t heaviest = 0;
+  if (one_pair_rows && p.drop_and_pad) {
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      heaviest = std::max(heaviest, 3 * (p.token_offsets[t + 1] - p.token_offsets[t]) + 1);
+    }
+  } else if (one_pair_rows) {
+    heaviest = 3 * p.topk + 1;
+  }
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t begin, end;
-    if (one_pair_rows) {
+    if (one_pair_rows && !internal::UnevenTokens(heaviest, 3 * N + p.tokens, parts)) {
       // A token costs its pairs' three rows (x in, out written, and the gradient row) and its own.
       internal::BalanceByCost(
           p.tokens, parts, part,

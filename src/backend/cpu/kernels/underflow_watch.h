@@ -7,7 +7,7 @@
 // -0 as addend rounds to the same bits without it, but costs those loops 10-15 points of copy bandwidth on
 // ordinary values (they already fill the 16 AVX2 registers). So a loop runs the plain multiply until the
 // underflow flag says a product has underflowed, and from then on the FMA form: the same bits either way,
-// only the speed differs. Elsewhere (ARM, no MXCSR) Seen() is always false.
+// only the speed differs. Elsewhere (ARM, no MXCSR) seen() is always false.
 //
 // The caller's flags are kept: the watch clears the underflow and denormal-operand flags when it begins and,
 // when it ends, sets again those that were set before, so the thread's flags afterwards are exactly those the
@@ -26,24 +26,44 @@ namespace moegrad::kernels {
 
 class UnderflowWatch {
  public:
+  // A watch that is not `enabled` reads and writes no flags and never reports an underflow (fp16 loops, whose
+  // products cannot underflow: WatchesUnderflow in row_ops_scale_dot-inl.h).
+  explicit UnderflowWatch(bool enabled = true) : enabled_(enabled && kMxcsr) {
 #if MOEGRAD_UNDERFLOW_WATCH_MXCSR
-  // MXCSR bit 1: an operand was denormal (DE); bit 4: a result was tiny and inexact (UE).
-  static constexpr unsigned kFlags = 0x2u | 0x10u;
-
-  UnderflowWatch() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~kFlags); }
-  ~UnderflowWatch() { _mm_setcsr(_mm_getcsr() | (saved_ & kFlags)); }
-  bool Seen() const { return (_mm_getcsr() & kFlags) != 0; }
-
- private:
-  unsigned saved_;
-#else
-  UnderflowWatch() = default;
-  bool Seen() const { return false; }
+    if (enabled_) {
+      saved_ = _mm_getcsr();
+      _mm_setcsr(saved_ & ~kFlags);
+    }
 #endif
-
- public:
+  }
+  ~UnderflowWatch() {
+#if MOEGRAD_UNDERFLOW_WATCH_MXCSR
+    if (enabled_) _mm_setcsr(_mm_getcsr() | (saved_ & kFlags));
+#endif
+  }
   UnderflowWatch(const UnderflowWatch&) = delete;
   UnderflowWatch& operator=(const UnderflowWatch&) = delete;
+
+  // Reads the flags once more, after a unit of work; once an underflow has been seen it stays seen.
+  void Poll() {
+#if MOEGRAD_UNDERFLOW_WATCH_MXCSR
+    if (enabled_ && !seen_) seen_ = (_mm_getcsr() & kFlags) != 0;
+#endif
+  }
+  // Whether an underflow was seen by the last Poll(): the loops then take the FMA form.
+  bool seen() const { return seen_; }
+
+ private:
+#if MOEGRAD_UNDERFLOW_WATCH_MXCSR
+  static constexpr bool kMxcsr = true;
+  // MXCSR bit 1: an operand was denormal (DE); bit 4: a result was tiny and inexact (UE).
+  static constexpr unsigned kFlags = 0x2u | 0x10u;
+  unsigned saved_ = 0;
+#else
+  static constexpr bool kMxcsr = false;
+#endif
+  bool enabled_;
+  bool seen_ = false;
 };
 
 }  // namespace moegrad::kernels
