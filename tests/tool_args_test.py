@@ -225,7 +225,7 @@ def check_sweep(tool, json_path, svg_path):
         return ["%s: exit status %d (stderr %r)" % (name, p.returncode, p.stderr)]
     rows = ["MoeFinalizeRoutingV2Grad dropless scales+bias bf16", "MoeFinalizeRoutingV2Grad drop-pad scales bf16"]
     problems = []
-    for title in rows + ["tokens 1,16, tiny values", "overhead"]:
+    for title in rows + ["tokens 1,16, tiny values", "overhead", "cold copy"]:
         if title not in p.stdout:
             problems.append("%s: stdout does not contain %r:\n%s" % (name, title, p.stdout))
     try:
@@ -235,6 +235,9 @@ def check_sweep(tool, json_path, svg_path):
                  for r in doc["sweep"]]
         if sizes != [(1, "tiny", 2, True), (16, "tiny", 2, True)]:
             problems.append("%s: JSON sweep (tokens, values, rows, verified) %r" % (name, sizes))
+        cold = [row.get("cold_copy_same_size_s", 0) for r in doc["sweep"] for row in r["rows"]]
+        if not all(isinstance(c, float) and c > 0 for c in cold):
+            problems.append("%s: JSON cold_copy_same_size_s %r" % (name, cold))
     except (OSError, ValueError, KeyError, TypeError) as e:
         problems.append("%s: JSON: %s" % (name, e))
     try:

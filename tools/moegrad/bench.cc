@@ -102,7 +102,7 @@ struct CopyPair {
 };
 
 bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precision, InputValues values,
-                uint64_t seed, const CopyPair& copy, BenchResult* r, std::string* error) {
+                uint64_t seed, const CopyPair& copy, bool cold_copy, BenchResult* r, std::string* error) {
   std::unique_ptr<Problem> p = row.make(shape, precision.tokens, precision.weights, seed, values);
   r->op = row.op;
   r->key = row.key;
@@ -144,6 +144,12 @@ bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precis
   std::memset(dst.data, 0, half);
   r->copy_seconds = MedianSeconds([&] { ParallelCopy(dst.data, src.data, half, NumThreads()); }, 2, 5, 1000, 0.2);
   r->copy_bytes = 2 * half;
+  if (cold_copy) {
+    double ratio_unused = 0.0, bandwidth_unused = 0.0;
+    r->cold_copy_seconds =
+        PairedWithCopy([&] { ParallelCopy(dst.data, src.data, half, NumThreads()); }, 2.0 * static_cast<double>(half),
+                       copy.dst.data, copy.src.data, CopyPair::kBytes, NumThreads(), &ratio_unused, &bandwidth_unused);
+  }
 
   p->RunReference();
   std::string mismatch;
@@ -269,7 +275,7 @@ int RunBench(const BenchOptions& o) {
         std::string error;
         // The seed of a row is the same at every size (and the same as without --sweep).
         const bool ran = MeasureRow(*row, report.shape, precision, values, 1000 + static_cast<uint64_t>(row_index),
-                                    copy, &r, &error);
+                                    copy, sweep, &r, &error);
         if (!ran) {
           std::fprintf(stderr, "moegrad bench: %s %s %s failed: %s\n", row->op, row->mode, name.c_str(),
                        error.c_str());

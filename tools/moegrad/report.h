@@ -17,6 +17,9 @@ struct BenchResult {
   double seconds = 0.0;          // median of plan + run
   uint64_t copy_bytes = 0;       // a parallel copy moving about `bytes` (read + write) ...
   double copy_seconds = 0.0;     // ... and its median time
+  // --sweep only: that copy timed right after each 256 MiB copy (cold, as the call is timed), median: what
+  // moving the row's bytes costs from memory at its size, latencies included.
+  double cold_copy_seconds = 0.0;
   // Each timed call follows a 256 MiB parallel copy: the median over those pairs of (the call's GB/s / the
   // copy's GB/s), in percent, and the median copy bandwidth of the pairs. Noise on a shared machine that
   // lasts a while then slows both sides of a pair alike instead of skewing the ratio.
