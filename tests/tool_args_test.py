@@ -225,7 +225,7 @@ def check_sweep(tool, json_path, svg_path):
         return ["%s: exit status %d (stderr %r)" % (name, p.returncode, p.stderr)]
     rows = ["MoeFinalizeRoutingV2Grad dropless scales+bias bf16", "MoeFinalizeRoutingV2Grad drop-pad scales bf16"]
     problems = []
-    for title in rows + ["tokens 1,16, tiny values", "overhead", "cold copy"]:
+    for title in rows + ["tokens 1,16, tiny values", "overhead", "cold copy", "warm over"]:
         if title not in p.stdout:
             problems.append("%s: stdout does not contain %r:\n%s" % (name, title, p.stdout))
     try:
@@ -235,9 +235,10 @@ def check_sweep(tool, json_path, svg_path):
                  for r in doc["sweep"]]
         if sizes != [(1, "tiny", 2, True), (16, "tiny", 2, True)]:
             problems.append("%s: JSON sweep (tokens, values, rows, verified) %r" % (name, sizes))
-        cold = [row.get("cold_copy_same_size_s", 0) for r in doc["sweep"] for row in r["rows"]]
-        if not all(isinstance(c, float) and c > 0 for c in cold):
-            problems.append("%s: JSON cold_copy_same_size_s %r" % (name, cold))
+        for key in ("cold_copy_same_size_s", "warm_median_s"):
+            times = [row.get(key, 0) for r in doc["sweep"] for row in r["rows"]]
+            if not all(isinstance(t, float) and t > 0 for t in times):
+                problems.append("%s: JSON %s %r" % (name, key, times))
     except (OSError, ValueError, KeyError, TypeError) as e:
         problems.append("%s: JSON: %s" % (name, e))
     try:

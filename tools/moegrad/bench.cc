@@ -102,7 +102,7 @@ struct CopyPair {
 };
 
 bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precision, InputValues values,
-                uint64_t seed, const CopyPair& copy, bool cold_copy, BenchResult* r, std::string* error) {
+                uint64_t seed, const CopyPair& copy, bool sweep, BenchResult* r, std::string* error) {
   std::unique_ptr<Problem> p = row.make(shape, precision.tokens, precision.weights, seed, values);
   r->op = row.op;
   r->key = row.key;
@@ -120,14 +120,15 @@ bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precis
   AlignedBuffer workspace(plan.workspace_size());
   r->workspace_bytes = workspace.size;
   double ratio = 0.0;
+  // Both phases each time, as a training step calls the operator: the plan is part of the cost.
+  const auto call = [&] {
+    Plan timed;
+    Status s = p->Plan(&timed);
+    if (s.ok()) s = timed.Run(workspace.data, workspace.size);
+    if (!s.ok() && status.ok()) status = s;
+  };
   r->seconds = PairedWithCopy(
-      [&] {
-        // Both phases each time, as a training step calls the operator: the plan is part of the cost.
-        Plan timed;
-        Status s = p->Plan(&timed);
-        if (s.ok()) s = timed.Run(workspace.data, workspace.size);
-        if (!s.ok() && status.ok()) status = s;
-      },
+      call,
       static_cast<double>(r->bytes), copy.dst.data, copy.src.data, CopyPair::kBytes, NumThreads(), &ratio,
       &r->paired_copy_bytes_per_second);
   r->pct_copy = 100.0 * ratio;
@@ -144,11 +145,16 @@ bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precis
   std::memset(dst.data, 0, half);
   r->copy_seconds = MedianSeconds([&] { ParallelCopy(dst.data, src.data, half, NumThreads()); }, 2, 5, 1000, 0.2);
   r->copy_bytes = 2 * half;
-  if (cold_copy) {
+  if (sweep) {
     double ratio_unused = 0.0, bandwidth_unused = 0.0;
     r->cold_copy_seconds =
         PairedWithCopy([&] { ParallelCopy(dst.data, src.data, half, NumThreads()); }, 2.0 * static_cast<double>(half),
                        copy.dst.data, copy.src.data, CopyPair::kBytes, NumThreads(), &ratio_unused, &bandwidth_unused);
+    r->warm_seconds = MedianSeconds(call, 2, 5, 1000, 0.2);
+    if (!status.ok()) {
+      *error = status.message();
+      return false;
+    }
   }
 
   p->RunReference();
