@@ -849,6 +849,8 @@ def moe_init_routing_v2_grad(grad_expanded_x, expanded_row_idx, top_k, drop_pad_
     if out is not None:
         return out[0]
     return _dispatch("moe_" + key, *inputs, *_check(key, inputs, attrs))
+
+
 def moe_init_routing_v2(x, expert_idx, active_num=0, expert_capacity=0, expert_num=0, drop_pad_mode=0,
                         expert_tokens_count_or_cumsum_flag=0, expert_tokens_before_capacity_flag=False):
     """The operator MoeInitRoutingV2 (V2 dispatch): the rows of x (N, H) in the order of the token-major pairs

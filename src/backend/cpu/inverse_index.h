@@ -7,15 +7,20 @@
 namespace moegrad::internal {
 
 // key_at(i) is position i's key, or a value outside [0, keys) for a position that belongs to no key (left out).
-// offsets holds keys + 1 entries, list one per position kept.
+// offsets holds keys + 1 entries, list one per position kept. Returns the most positions any one key has
+// (what the kernels weigh their heaviest token by when they split work).
 template <typename KeyAt>
-void BuildInverseIndex(int64_t keys, int64_t n, const KeyAt& key_at, int64_t* offsets, int64_t* list) {
+int64_t BuildInverseIndex(int64_t keys, int64_t n, const KeyAt& key_at, int64_t* offsets, int64_t* list) {
   for (int64_t k = 0; k <= keys; ++k) offsets[k] = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = key_at(i);
     if (k >= 0 && k < keys) ++offsets[k + 1];
   }
-  for (int64_t k = 0; k < keys; ++k) offsets[k + 1] += offsets[k];
+  int64_t largest = 0;
+  for (int64_t k = 0; k < keys; ++k) {
+    largest = offsets[k + 1] > largest ? offsets[k + 1] : largest;
+    offsets[k + 1] += offsets[k];
+  }
   // Fill with a moving cursor per key; afterwards offsets[k] is restored from the end of key k - 1.
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = key_at(i);
@@ -23,6 +28,7 @@ void BuildInverseIndex(int64_t keys, int64_t n, const KeyAt& key_at, int64_t* of
   }
   for (int64_t k = keys; k > 0; --k) offsets[k] = offsets[k - 1];
   offsets[0] = 0;
+  return largest;
 }
 
 }  // namespace moegrad::internal

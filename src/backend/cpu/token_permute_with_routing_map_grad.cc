@@ -100,7 +100,7 @@ class TokenPermuteWithRoutingMapGradCpu final : public OpBackend<Problem> {
       // Inverse index (counting sort, stable): the rows p gathered into token t, ascending.
       int64_t* offsets = WorkspaceLayout::At<int64_t>(workspace, at.offsets);
       int64_t* slots = WorkspaceLayout::At<int64_t>(workspace, at.slots);
-      internal::BuildInverseIndex(q.tokens, N, index_at, offsets, slots);
+      task.most_slots = internal::BuildInverseIndex(q.tokens, N, index_at, offsets, slots);
       task.offsets = offsets;
       task.slots = slots;
     }

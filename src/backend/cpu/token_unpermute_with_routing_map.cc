@@ -87,7 +87,7 @@ class TokenUnpermuteWithRoutingMapCpu final : public OpBackend<Problem> {
     if (q.padded_mode) {
       int64_t* offsets = WorkspaceLayout::At<int64_t>(workspace, at.offsets);
       int64_t* slots = WorkspaceLayout::At<int64_t>(workspace, at.slots);
-      internal::BuildInverseIndex(q.tokens, N, index_at, offsets, slots);
+      task.most_slots = internal::BuildInverseIndex(q.tokens, N, index_at, offsets, slots);
       task.offsets = offsets;
       task.slots = slots;
     }

@@ -98,7 +98,7 @@ class TokenUnpermuteWithRoutingMapGradCpu final : public OpBackend<Problem> {
       if (q.drop_and_pad) {
         int64_t* token_offsets = WorkspaceLayout::At<int64_t>(workspace, at.token_offsets);
         int64_t* token_pairs = WorkspaceLayout::At<int64_t>(workspace, at.token_pairs);
-        internal::BuildInverseIndex(
+        task.most_token_pairs = internal::BuildInverseIndex(
             q.tokens, N, [&q](int64_t i) { return int64_t{q.permute_token_id.At<const int32_t>(i)}; },
             token_offsets, token_pairs);
         task.token_offsets = token_offsets;

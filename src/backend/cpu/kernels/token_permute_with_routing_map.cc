@@ -34,17 +34,17 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
   const bool stream = unit && StreamOutput(N * copy_bytes, (N + p.tokens) * copy_bytes);
   // The permuted rows each token is copied to: dropless, rows sortedIndices[t * K + k] (written by
   // PermuteIndices); drop-and-pad, the slots q with src[q] == t, from an inverse index (counting sort).
+  // The heaviest token costs its own row and the rows it is copied to.
+  int64_t heaviest = K + 1;
   if (p.drop_and_pad) {
-    internal::BuildInverseIndex(
-        p.tokens, N, [&](int64_t q) { return int64_t{s.src[q]}; }, s.token_offsets, s.token_slots);
+    heaviest = 1 + internal::BuildInverseIndex(
+                       p.tokens, N, [&](int64_t q) { return int64_t{s.src[q]}; }, s.token_offsets, s.token_slots);
   }
   auto count_of = [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t + 1] - s.token_offsets[t] : K; };
   auto row_of = [&](int64_t t, int64_t m) -> int64_t {
     return p.drop_and_pad ? s.token_slots[s.token_offsets[t] + m] : p.sorted_indices.At<const int32_t>(t * K + m);
   };
   const int64_t moved = (N + p.tokens) * std::max<int64_t>(1, copy_bytes);
-  int64_t heaviest = K + 1;
-  for (int64_t t = 0; p.drop_and_pad && t < p.tokens; ++t) heaviest = std::max(heaviest, count_of(t) + 1);
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     // Permuted probs and (drop-and-pad) sortedIndices, in permuted-row order: this part's rows [q0, q1).
     int64_t q0, q1;
@@ -73,7 +73,7 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
     // miss and a prefetcher restart each), which cost more than a token range half a share uneven (16 tokens:
     // 379 -> 437 us, bf16) where only the reductions' threads idled.
     int64_t t0 = 0, t1 = p.tokens, j0 = 0, j1 = H;
-    if (parts > 1 && heaviest * parts > N + p.tokens) {
+    if (internal::UnevenTokens(heaviest, N + p.tokens, parts, /*per_share=*/1)) {
       internal::BalanceColumns(H, sizeof(T), parts, part, &j0, &j1);
     } else {
       internal::BalanceByCost(

@@ -102,8 +102,7 @@ void TokenPermuteWithRoutingMapGradDropPadTyped(const TokenPermuteWithRoutingMap
   // sums permutedProbsOutputGrad[p] per expert p / C, in the same ascending order. Threads take token ranges
   // of about equal rows moved (the rows a token gathers plus its own), or, where one token gathers most of
   // the rows (decode sizes, the padding token), ranges of the columns of every token (the probs still by tokens).
-  int64_t heaviest = 0;
-  for (int64_t t = 0; t < p.tokens; ++t) heaviest = std::max(heaviest, p.offsets[t + 1] - p.offsets[t] + 1);
+  const int64_t heaviest = p.most_slots + 1;
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t begin, end;
     internal::BalanceByCost(p.tokens, parts, part, [&](int64_t t) { return p.offsets[t] + t; }, &begin, &end);

@@ -15,6 +15,7 @@ struct TokenPermuteWithRoutingMapGradTask : backend::TokenPermuteWithRoutingMapG
   // slots[offsets[t] .. offsets[t + 1]), ascending.
   const int64_t* offsets = nullptr;
   const int64_t* slots = nullptr;
+  int64_t most_slots = 0;  // the most rows any one token gathers
 
   // Dropless with probs grads: token rows are cut into blocks of `block_rows`; cursors[b * E + e] is where
   // block b's first routed entry of expert e reads permutedProbsOutputGrad (the CPU backend turns the

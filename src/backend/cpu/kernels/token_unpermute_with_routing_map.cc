@@ -173,10 +173,7 @@ void UnpermuteTyped(const TokenUnpermuteWithRoutingMapTask& p) {
   // Threads take token ranges of about equal rows moved (the rows a token gathers plus its own), and an equal
   // share of the index outputs. In the pad mode a token can gather most of the rows (one token at decode
   // sizes, the padding token): then every thread takes a range of columns of every token instead.
-  int64_t heaviest = 0;
-  if (p.padded_mode) {
-    for (int64_t t = 0; t < p.tokens; ++t) heaviest = std::max(heaviest, p.offsets[t + 1] - p.offsets[t] + 1);
-  }
+  const int64_t heaviest = p.most_slots + 1;
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t begin, end;
     if (p.padded_mode) {

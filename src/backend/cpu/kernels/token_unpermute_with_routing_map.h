@@ -14,6 +14,7 @@ struct TokenUnpermuteWithRoutingMapTask : backend::TokenUnpermuteWithRoutingMapP
   // slots[offsets[t] .. offsets[t + 1]), ascending.
   const int64_t* offsets = nullptr;
   const int64_t* slots = nullptr;
+  int64_t most_slots = 0;  // the most contributions any one token sums
   // With probs: w(q) widened to fp32, and the expert of contribution q (both modes), one per contribution.
   const float* weights = nullptr;
   const int64_t* experts = nullptr;

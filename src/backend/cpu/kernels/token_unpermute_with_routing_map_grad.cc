@@ -182,14 +182,7 @@ void TokenUnpermuteWithRoutingMapGradTyped(const Task& p) {
   // The token walk reads a token's gradient row once for all its pairs; where one token has most of the pairs
   // (decode sizes, the padding token) its threads would idle, and the row walk (each row on its own, the same
   // arithmetic) splits them evenly.
-  int64_t heaviest = 0;
-  if (one_pair_rows && p.drop_and_pad) {
-    for (int64_t t = 0; t < p.tokens; ++t) {
-      heaviest = std::max(heaviest, 3 * (p.token_offsets[t + 1] - p.token_offsets[t]) + 1);
-    }
-  } else if (one_pair_rows) {
-    heaviest = 3 * p.topk + 1;
-  }
+  const int64_t heaviest = 3 * (p.drop_and_pad ? p.most_token_pairs : p.topk) + 1;
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t begin, end;
     if (one_pair_rows && !internal::UnevenTokens(heaviest, 3 * N + p.tokens, parts)) {

@@ -21,6 +21,7 @@ struct TokenUnpermuteWithRoutingMapGradTask : backend::TokenUnpermuteWithRouting
   // token_offsets[t + 1]), ascending; the kernel reorders each token's list by (expert, i).
   const int64_t* token_offsets = nullptr;
   int64_t* token_pairs = nullptr;
+  int64_t most_token_pairs = 0;  // the most pairs any one token has
 };
 
 // Writes every row of permutedTokensGrad and, with probs, every probsGrad entry.

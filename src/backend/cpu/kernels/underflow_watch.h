@@ -62,7 +62,7 @@ class UnderflowWatch {
 #else
   static constexpr bool kMxcsr = false;
 #endif
-  bool enabled_;
+  [[maybe_unused]] bool enabled_;  // read only where there are flags to read
   bool seen_ = false;
 };
 
