@@ -426,6 +426,26 @@ TEST(FinalizeRoutingV2Grad, BitIdenticalAcrossSimdTargetsAndThreads) {
       .TestDeterminism({DType::kFloat32, DType::kFloat16});
 }
 
+// Decode sizes: one or two tokens of DeepSeek-V3 width, where one token is most of the work and threads take
+// ranges of pairs instead of tokens (a token's pairs split between threads, each reading its gradY row):
+// rows on 64-byte lines (H 7168) and off them (H 7000), both modes, scales and bias, checked against the
+// reference on one thread and byte for byte on every target with 1-3 threads.
+TEST(FinalizeRoutingV2Grad, FewTokensSplitPairs) {
+  int n = 0;
+  for (int64_t T : {1, 2}) {
+    for (int64_t H : {7168, 7000}) {
+      for (const DTypes& d : {DTypes{DType::kBFloat16, DType::kBFloat16}, DTypes{DType::kFloat32, DType::kFloat32},
+                              DTypes{DType::kBFloat16, DType::kFloat32}}) {
+        ++n;
+        FinalizeRoutingV2GradTester().tokens(T).hidden(H).topk(8).experts(64).mode(0).bias(true).seed(n)
+            .TestDeterminism(d);
+        FinalizeRoutingV2GradTester().tokens(T).hidden(H).topk(8).experts(64).capacity(1).mode(1).bias(true)
+            .seed(n).TestDeterminism(d);
+      }
+    }
+  }
+}
+
 // gradScales is summed in 16 partial sums (column j into partial j % 16, in column order), folded pairwise
 // (partial q + partial q + 8, then q + 4, q + 2, q + 1), on every SIMD target. Rounding exposes the order:
 // with terms 2^24 at column c, -2^24 at c + 4 and 1 at c + 8 (c % 16 < 4), the fold gives (2^24 + 1) + -2^24

@@ -327,6 +327,14 @@ TEST(TokenUnpermuteWithRoutingMapGrad, FewTokensSplitRows) {
             .Test(d);
       }
     }
+    // Dropless, 8 pairs a token at DeepSeek-V3 width: 16-bit rows with probs count double for the thread count,
+    // so a one-token call runs on two threads (rows on 64-byte lines and off them).
+    for (int64_t H : {7168, 7000}) {
+      for (const DTypes& d : {DTypes{DType::kBFloat16, DType::kBFloat16}, DTypes{DType::kFloat16, DType::kFloat16},
+                              DTypes{DType::kBFloat16, DType::kFloat32}}) {
+        Tester().tokens(T).experts(64).topk(8).hidden(H).seed(T + H).all_targets(true).Test(d);
+      }
+    }
   }
 }
 

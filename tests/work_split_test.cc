@@ -1,14 +1,14 @@
-// How the CPU kernels split their work, tested directly (white box): the inverse index they build over the
-// tokens (src/backend/cpu/inverse_index.h) and the partitions of src/backend/cpu/parallel.h. Every expected
-// value is written out here or counted by a plain loop over the inputs, never taken from the code under test.
+// How the CPU kernels split their work, tested directly (white box, through src/testing/work_split.h): the
+// inverse index they build over the tokens (src/backend/cpu/inverse_index.h) and the partitions of
+// src/backend/cpu/parallel.h. Every expected value is written out here or counted by a plain loop over the
+// inputs, never taken from the code under test.
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "src/backend/cpu/inverse_index.h"
-#include "src/backend/cpu/parallel.h"
+#include "src/testing/work_split.h"
 
 namespace {
 

@@ -1,5 +1,7 @@
 // The CPU backend of MoeFinalizeRoutingV2Grad: the index checks of phase two, the row -> pairs inverse index
 // (or the one-writer fast path's writer table and token costs), then the kernels.
+#include <algorithm>
+
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/index_checks.h"
 #include "src/backend/cpu/inverse_index.h"
@@ -69,6 +71,7 @@ class FinalizeRoutingV2GradCpu final : public OpBackend<Problem> {
           c += (v >= 0 && v < q.rows ? (scales ? 4 : 2) : 0) + bias;
         }
         cost[r + 1] = cost[r] + c;
+        task.heaviest_token_cost = std::max(task.heaviest_token_cost, c);
       }
       task.one_writer = true;
       task.writer = writer;

@@ -1,6 +1,8 @@
 // MoeFinalizeRoutingV2Grad kernels, one copy per SIMD target.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/backend/cpu/kernels/finalize_routing_v2_grad.cc"
+#include <algorithm>
+
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "src/backend/cpu/parallel.h"
@@ -54,12 +56,13 @@ void FinalizeRoutingV2GradTyped(const FinalizeRoutingV2GradTask& p) {
   });
 }
 
-// Unit-stride rows, token by token: the K pairs of token r walk their rows together (ScaleDotToken), so
-// gradY[r] is read once for all of them and each pair's expandedX row once, for both its gradExpandedX row
-// and its gradScales dot. Same arithmetic as the CSR path.
+// Unit-stride rows of pairs [i_begin, i_end), token by token: the pairs of token r in the range walk their
+// rows together (ScaleDotToken), so gradY[r] is read once for all of them and each pair's expandedX row once,
+// for both its gradExpandedX row and its gradScales dot. Same arithmetic as the CSR path, whatever the range:
+// every pair's row and dot are its own.
 template <typename T>
-void FinalizeRoutingV2GradTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t r_begin, int64_t r_end,
-                                     bool stream) {
+void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t i_begin, int64_t i_end,
+                                    bool stream) {
   const int64_t H = p.hidden;
   const int64_t K = p.topk;
   const bool has_scales = p.scales.data != nullptr;
@@ -75,7 +78,7 @@ void FinalizeRoutingV2GradTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t
   };
   // A token's pairs go in groups of at most kTokenGroup; each group's rows are looked up once, one group ahead
   // (the next group's rows are prefetched as this one ends).
-  auto group_end = [&](int64_t i0) { return std::min(i0 + kTokenGroup, (i0 / K + 1) * K); };
+  auto group_end = [&](int64_t i0) { return std::min({i0 + kTokenGroup, (i0 / K + 1) * K, i_end}); };
   auto look_up = [&](int64_t i0, TokenPairRows<T>* q) {
     for (int64_t i = i0; i < group_end(i0); ++i) rows_of(i, &q[i - i0]);
   };
@@ -83,17 +86,17 @@ void FinalizeRoutingV2GradTokensUnit(const FinalizeRoutingV2GradTask& p, int64_t
   HWY_ALIGN float part[kTokenGroup][16];
   UnderflowWatch watch(WatchesUnderflow<T>());
   int cur = 0;
-  if (r_begin < r_end && K > 0) look_up(r_begin * K, groups[cur]);  // K = 0: no pairs, nothing to read
-  for (int64_t i0 = r_begin * K; i0 < r_end * K; i0 = group_end(i0), cur ^= 1) {
+  if (i_begin < i_end) look_up(i_begin, groups[cur]);
+  for (int64_t i0 = i_begin; i0 < i_end; i0 = group_end(i0), cur ^= 1) {
     const int64_t r = i0 / K;
     const T* g = p.grad_y.Row<const T>(r);
     const int64_t count = group_end(i0) - i0;
     const int64_t next0 = group_end(i0);
     TokenPairRows<T>* pairs = groups[cur];
     TokenPairRows<T>* next = groups[cur ^ 1];
-    const int64_t next_count = next0 < r_end * K ? group_end(next0) - next0 : 0;
+    const int64_t next_count = next0 < i_end ? group_end(next0) - next0 : 0;
     if (next_count > 0) look_up(next0, next);
-    const T* g_next = next_count > 0 && next0 % K == 0 ? p.grad_y.Row<const T>(next0 / K) : nullptr;
+    const T* g_next = next_count > 0 && next0 / K != r ? p.grad_y.Row<const T>(next0 / K) : nullptr;
     bool aligned = true;
     const bool fma = watch.seen();
     for (int64_t m = 0; m < count; ++m) {
@@ -136,13 +139,24 @@ void FinalizeRoutingV2GradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
   // Half rows moved in all: the token costs plus one row written per zero row.
   const int64_t moved = (p.token_cost[p.tokens] / 2 + p.zero_rows) * std::max<int64_t>(row_bytes, 1);
   const bool stream = unit && StreamOutput(p.rows * row_bytes, moved);
-  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
-    int64_t r_begin, r_end;
-    internal::BalanceByCost(p.tokens, parts, part, [&](int64_t r) { return p.token_cost[r]; }, &r_begin, &r_end);
-    if (unit) {
-      FinalizeRoutingV2GradTokensUnit<T>(p, r_begin, r_end, stream);
+  const int64_t work = ThreadWork(moved, has_scales, sizeof(T));
+  internal::ParallelParts(std::max<int64_t>(1, work / kBytesPerThread), [&](int part, int parts) {
+    // Token ranges of about equal cost, or, where one token is most of the work (decode sizes), ranges of
+    // pairs: a token's pairs then split between threads, each reading the token's gradY row.
+    int64_t i_begin, i_end;
+    if (internal::UnevenTokens(p.heaviest_token_cost, p.token_cost[p.tokens], parts)) {
+      internal::Balance211(p.tokens * K, parts, part, &i_begin, &i_end);
     } else {
-      for (int64_t i = r_begin * K; i < r_end * K; ++i) {
+      int64_t r_begin, r_end;
+      internal::BalanceByCost(p.tokens, parts, part, [&](int64_t r) { return p.token_cost[r]; }, &r_begin,
+                              &r_end);
+      i_begin = r_begin * K;
+      i_end = r_end * K;
+    }
+    if (unit) {
+      FinalizeRoutingV2GradPairsUnit<T>(p, i_begin, i_end, stream);
+    } else {
+      for (int64_t i = i_begin; i < i_end; ++i) {
         const T* g = p.grad_y.Row<const T>(i / K);
         const int64_t v = p.row_idx.At<const int32_t>(i);
         T* out = v >= 0 && v < p.rows ? p.grad_expanded_x.Row<T>(v) : nullptr;

@@ -21,6 +21,7 @@ struct FinalizeRoutingV2GradTask : backend::FinalizeRoutingV2GradProblem {
   bool one_writer = false;
   const int64_t* writer = nullptr;
   const int64_t* token_cost = nullptr;
+  int64_t heaviest_token_cost = 0;  // the largest token_cost[r + 1] - token_cost[r]
   int64_t zero_rows = 0;
 };
 

@@ -24,6 +24,12 @@ constexpr bool StreamOutput(int64_t out_bytes, int64_t moved_bytes) {
 }
 // A thread of a parallel kernel should move at least this much, or the fork/join costs more than it saves.
 constexpr int64_t kBytesPerThread = int64_t{256} << 10;
+// What a call's thread count is measured by: the bytes it moves, counted twice for 16-bit rows with dot
+// products (they convert every element they read, round every one they write, and their dots take about as
+// long as moving the bytes on AVX2), so that a one-token call of 300 KB with dots runs on two threads.
+constexpr int64_t ThreadWork(int64_t moved_bytes, bool dots, int64_t element_bytes) {
+  return dots && element_bytes == 2 ? 2 * moved_bytes : moved_bytes;
+}
 
 // Calls fn(T()) with T the element type of a float dtype: float, hwy::float16_t or hwy::bfloat16_t (the
 // operator layer admits no other). The one dtype switch of every kernel.

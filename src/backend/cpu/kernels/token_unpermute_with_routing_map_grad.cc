@@ -183,7 +183,8 @@ void TokenUnpermuteWithRoutingMapGradTyped(const Task& p) {
   // (decode sizes, the padding token) its threads would idle, and the row walk (each row on its own, the same
   // arithmetic) splits them evenly.
   const int64_t heaviest = 3 * (p.drop_and_pad ? p.most_token_pairs : p.topk) + 1;
-  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+  const int64_t work = ThreadWork(moved, has_probs, sizeof(T));
+  internal::ParallelParts(std::max<int64_t>(1, work / kBytesPerThread), [&](int part, int parts) {
     int64_t begin, end;
     if (one_pair_rows && !internal::UnevenTokens(heaviest, 3 * N + p.tokens, parts)) {
       // A token costs its pairs' three rows (x in, out written, and the gradient row) and its own.
