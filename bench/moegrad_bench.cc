@@ -8,12 +8,23 @@
 // The bf16 rows at a preset's default tokens also run with tiny inputs (name suffix /values:tiny; compare with
 // the same name without it): a kernel whose speed depended on the values would show there.
 //
+// The cold/... rows take a cold one-token bf16 call apart (RunCold): each iteration evicts the caches with a
+// 256 MiB copy, then times the call (/call), the call after a small call of the same row (/call:code-warm: the
+// library's code and state warm, the call's data cold), or a copy of the call's bytes (/copy); plan_us is phase
+// one of the timed call.
+//
+//   moegrad_bench --benchmark_filter='^cold/.*/deepseek-v3/' --benchmark_repetitions=3
+//
 // Threads: MOEGRAD_NUM_THREADS (default every CPU).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "moegrad/plan.hpp"
 #include "tools/moegrad/common/catalog.h"
@@ -98,6 +109,86 @@ void BM_Copy(benchmark::State& state) {
   state.counters["threads"] = threads;
 }
 
+// What a cold call spends its time on. Each iteration first evicts the caches with a 256 MiB parallel copy
+// (not timed), as `moegrad bench` does before every timed call, then times one of:
+//   kCall          the call (both phases), everything it touches cold: its rows, its index data, and the
+//                  library's own code and state;
+//   kCallCodeWarm  the call, after a call of the same row on its 1-token, H = 16 problem (other tensors, no
+//                  bytes to speak of) between the eviction and the timed call: the code, the thread team and
+//                  the allocator are warm again, the call's own data is still cold;
+//   kCopy          a copy of the call's least bytes (half read, half written): the bytes' own time, cold.
+// The counter plan_us is phase one (the argument checks and the workspace size) alone, per timed call.
+// A fixed count: Google Benchmark's minimum time would count only the timed microseconds, not the evictions.
+enum class ColdTimed { kCall, kCallCodeWarm, kCopy };
+constexpr int kColdIterations = 25;
+
+struct EvictionBuffers {
+  static constexpr size_t kBytes = size_t{256} << 20;
+  EvictionBuffers() : src(kBytes), dst(kBytes) {
+    std::memset(src.p, 1, kBytes);
+    std::memset(dst.p, 0, kBytes);
+  }
+  Aligned src, dst;
+};
+
+void RunCold(benchmark::State& state, const std::string& name, const BenchRow& row, const Shape& shape,
+             Precision precision, ColdTimed timed) {
+  using Clock = std::chrono::steady_clock;
+  static EvictionBuffers evict;
+  std::string error;
+  Cached& c = CachedProblem(name, row, shape, precision, InputValues::kNormal, &error);
+  Shape small_shape = shape;
+  small_shape.hidden = 16;
+  const std::unique_ptr<Problem> small = row.make(small_shape, precision.tokens, precision.weights, 8,
+                                                  InputValues::kNormal);
+  moegrad::Plan small_plan;
+  if (error.empty()) {
+    const Status s = small->Plan(&small_plan);
+    if (!s.ok()) error = s.message();
+  }
+  if (!error.empty()) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  Aligned small_workspace(small_plan.workspace_size());
+  const size_t half = std::max<size_t>(c.problem->MinBytes() / 2, 64);
+  Aligned copy_src(half), copy_dst(half);
+  std::memset(copy_src.p, 1, half);
+  std::memset(copy_dst.p, 0, half);
+  const int threads = NumThreads();
+  double plan_seconds = 0.0;
+  for (auto _ : state) {
+    ParallelCopy(evict.dst.p, evict.src.p, EvictionBuffers::kBytes, threads);
+    Status s;
+    if (timed == ColdTimed::kCallCodeWarm) {
+      moegrad::Plan plan;
+      s = small->Plan(&plan);
+      if (s.ok()) s = plan.Run(small_workspace.p, small_plan.workspace_size());
+    }
+    const auto t0 = Clock::now();
+    if (timed == ColdTimed::kCopy) {
+      ParallelCopy(copy_dst.p, copy_src.p, half, threads);
+    } else if (s.ok()) {
+      moegrad::Plan plan;
+      s = c.problem->Plan(&plan);
+      plan_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      if (s.ok()) s = plan.Run(c.workspace->p, c.workspace_size);
+    }
+    state.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
+    if (!s.ok()) {
+      state.SkipWithError(s.message().c_str());
+      break;
+    }
+  }
+  const double bytes = static_cast<double>(c.problem->MinBytes());
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  state.counters["bytes"] = bytes;
+  state.counters["threads"] = threads;
+  if (timed != ColdTimed::kCopy) {
+    state.counters["plan_us"] = benchmark::Counter(1e6 * plan_seconds, benchmark::Counter::kAvgIterations);
+  }
+}
+
 std::string Sanitize(std::string s) {
   for (char& ch : s) {
     if (ch == ' ') ch = '_';
@@ -149,6 +240,28 @@ void RegisterAll() {
         benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
           RunOperator(st, name, row, shape, bf16, InputValues::kTiny);
         })->UseRealTime()->Unit(benchmark::kMillisecond);
+      }
+    }
+    // A cold one-token call taken apart (RunCold): the call, the call with its code warm, a copy of its bytes.
+    {
+      Shape shape;
+      shape.tokens = 1;
+      shape.hidden = preset.hidden;
+      shape.experts = preset.experts;
+      shape.topk = preset.topk;
+      shape.capacity = DefaultCapacity(shape.tokens, preset.experts, preset.topk);
+      const Precision bf16{DType::kBFloat16, DType::kBFloat16};
+      for (const BenchRow& row : BenchRows()) {
+        const std::string base = Sanitize(std::string("cold/") + row.key + "/" + row.mode + "/bf16/" + preset.name +
+                                          "/T:1/");
+        const std::pair<const char*, ColdTimed> variants[] = {
+            {"call", ColdTimed::kCall}, {"call:code-warm", ColdTimed::kCallCodeWarm}, {"copy", ColdTimed::kCopy}};
+        for (const auto& [suffix, timed] : variants) {
+          // One cached problem per row: the three variants share it (the name without the variant).
+          benchmark::RegisterBenchmark((base + suffix).c_str(), [=, timed = timed](benchmark::State& st) {
+            RunCold(st, base, row, shape, bf16, timed);
+          })->UseManualTime()->Iterations(kColdIterations)->Unit(benchmark::kMicrosecond);
+        }
       }
     }
     // The fixed cost of a call: the preset's routing (E, K, C) at 16 and at 1024 tokens with H = 16, so that

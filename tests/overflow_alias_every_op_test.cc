@@ -215,6 +215,38 @@ TEST(EveryOperatorAlias, OutputsThatOverlapThemselvesAreRejected) {
   });
 }
 
+// Phase one checks an output's dimensions by ascending stride, ties in dimension order: a column-major output
+// is accepted, and of two dimensions with the same stride the later one is named, over the span of the other.
+TEST(EveryOperatorAlias, OutputStridesAreCheckedInOrderTiesByDimension) {
+  ForEachSmallCall([](OpUnderTest& t) {
+    int checked = 0;
+    for (const Named& out : t.outputs) {
+      TensorView* v = out.view;
+      if (v->rank < 2 || v->sizes[0] < 2 || v->sizes[1] < 2) continue;
+      SCOPED_TRACE(out.name);
+      const TensorView saved = *v;
+      int64_t stride = 1;  // column-major: dimension 0 innermost
+      for (int d = 0; d < v->rank; ++d) {
+        v->strides[d] = stride;
+        stride *= v->sizes[d];
+      }
+      EXPECT_EQ(t.cpp().status, 0) << t.cpp().message;
+      EXPECT_EQ(t.acl().status, 0) << t.acl().message;
+      v->strides[1] = 1;
+      const std::string want = t.op + ": " + out.name +
+                               " has elements that share memory (stride 1 in dimension 1 over a span of " +
+                               std::to_string(v->sizes[0]) + "); an output must not overlap itself";
+      EXPECT_EQ(t.cpp().status, ACLNN_ERR_PARAM_INVALID);
+      EXPECT_EQ(t.cpp().message, want);
+      EXPECT_EQ(t.acl().message, want);
+      *v = saved;
+      ++checked;
+    }
+    EXPECT_GT(checked, 0) << t.op << " has no output of two or more dimensions";
+    EXPECT_EQ(t.cpp().status, 0) << t.cpp().message;
+  });
+}
+
 // A tensor whose data pointer is off its element size (a byte offset into another allocation) is rejected by
 // phase one through both APIs, naming it; one-byte elements (INT8, BOOL) are aligned anywhere.
 TEST(EveryOperatorAlignment, EachArgumentMisalignedForItsElementsIsRejected) {

@@ -1,6 +1,5 @@
 #include "src/ops/checks.h"
 
-#include <algorithm>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -216,7 +215,14 @@ Status ArgChecker::NoSelfOverlap(const TensorView& out, const char* name) const 
     if (out.sizes[d] == 0) return Status::Ok();  // empty: nothing is written
     if (out.sizes[d] > 1) dims[n++] = d;
   }
-  std::stable_sort(dims, dims + n, [&](int a, int b) { return out.strides[a] < out.strides[b]; });
+  // By stride, ties in dimension order: an insertion sort of at most kMaxRank entries (std::stable_sort
+  // would take a heap buffer and a merge sort's code on every call).
+  for (int q = 1; q < n; ++q) {
+    const int d = dims[q];
+    int r = q;
+    for (; r > 0 && out.strides[dims[r - 1]] > out.strides[d]; --r) dims[r] = dims[r - 1];
+    dims[r] = d;
+  }
   int64_t span = 1;  // elements spanned by the dimensions checked so far (fits: WellFormed)
   for (int q = 0; q < n; ++q) {
     const int d = dims[q];

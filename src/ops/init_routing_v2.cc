@@ -33,7 +33,8 @@ Status Plan(const InitRoutingV2Args& a, PlanPtr* plan, std::vector<OutputSpec>* 
   const int64_t flag = a.expert_tokens_count_or_cumsum_flag;
   const TensorView* count_out = Opt(a.expert_tokens_count_or_cumsum);
   const TensorView* before_out = Opt(a.expert_tokens_before_capacity);
-  if (Info::WritesCountOrCumsum(a)) {
+  if (Info::WritesCountOrCumsum(a) && count_out == nullptr) {
+    // Formatted only for the message: a call that has the output runs no printf code.
     char name[96];
     std::snprintf(name, sizeof(name),
                   "expertTokensCountOrCumsumOut (required with expertTokensCountOrCumsumFlag %lld)",
