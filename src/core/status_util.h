@@ -9,7 +9,8 @@
 
 namespace moegrad::core {
 
-__attribute__((format(printf, 2, 3))) inline Status MakeStatus(StatusCode code, const char* fmt, ...) {
+// Cold: the paths that build an error leave the hot code of the checks and index passes that call this.
+__attribute__((cold, format(printf, 2, 3))) inline Status MakeStatus(StatusCode code, const char* fmt, ...) {
   char buf[512];
   va_list ap;
   va_start(ap, fmt);
