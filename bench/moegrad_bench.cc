@@ -22,7 +22,6 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <string>
 #include <utility>
 
@@ -34,21 +33,13 @@
 namespace moegrad::tool {
 namespace {
 
-struct Aligned {
-  explicit Aligned(size_t bytes) : p(bytes ? ::operator new(bytes, std::align_val_t(64)) : nullptr) {}
-  ~Aligned() {
-    if (p) ::operator delete(p, std::align_val_t(64));
-  }
-  void* p;
-};
-
 // Google Benchmark calls a benchmark function several times while it settles the iteration count; the
 // problem (large for the model presets) is built once and kept only until another benchmark runs.
 struct Cached {
   std::string name;
   std::unique_ptr<Problem> problem;
   uint64_t workspace_size = 0;
-  std::unique_ptr<Aligned> workspace;
+  std::unique_ptr<AlignedBuffer> workspace;
 };
 
 // A row's dtypes: the tokens' and the routing weights'.
@@ -66,10 +57,38 @@ Cached& CachedProblem(const std::string& name, const BenchRow& row, const Shape&
     const Status s = cache.problem->Plan(&plan);
     if (!s.ok()) *error = s.message();
     cache.workspace_size = plan.workspace_size();
-    cache.workspace = std::make_unique<Aligned>(cache.workspace_size);
+    cache.workspace = std::make_unique<AlignedBuffer>(cache.workspace_size);
     cache.name = s.ok() ? name : "";
   }
   return cache;
+}
+
+// One call as a training step makes it: phase one, then phase two with the given workspace.
+Status PlanAndRun(const Problem& problem, void* workspace, uint64_t workspace_size) {
+  moegrad::Plan plan;
+  Status s = problem.Plan(&plan);
+  if (s.ok()) s = plan.Run(workspace, workspace_size);
+  return s;
+}
+
+// The row's least bytes per call, as bytes_per_second and as counters with the thread count.
+void SetByteCounters(benchmark::State& state, uint64_t min_bytes, int threads) {
+  const double bytes = static_cast<double>(min_bytes);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  state.counters["bytes"] = bytes;
+  state.counters["threads"] = threads;
+}
+
+// A preset's layer at `tokens` tokens (H the preset's unless `hidden` > 0), drop-and-pad capacity as
+// `moegrad bench` sets it.
+Shape PresetShape(const ModelPreset& preset, int64_t tokens, int64_t hidden = 0) {
+  Shape shape;
+  shape.tokens = tokens;
+  shape.hidden = hidden > 0 ? hidden : preset.hidden;
+  shape.experts = preset.experts;
+  shape.topk = preset.topk;
+  shape.capacity = DefaultCapacity(tokens, preset.experts, preset.topk);
+  return shape;
 }
 
 void RunOperator(benchmark::State& state, const std::string& name, const BenchRow& row, Shape shape,
@@ -81,27 +100,22 @@ void RunOperator(benchmark::State& state, const std::string& name, const BenchRo
     return;
   }
   for (auto _ : state) {
-    moegrad::Plan plan;
-    Status s = c.problem->Plan(&plan);
-    if (s.ok()) s = plan.Run(c.workspace->p, c.workspace_size);
+    const Status s = PlanAndRun(*c.problem, c.workspace->data, c.workspace_size);
     if (!s.ok()) {
       state.SkipWithError(s.message().c_str());
       break;
     }
   }
-  const double bytes = static_cast<double>(c.problem->MinBytes());
-  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
-  state.counters["bytes"] = bytes;
-  state.counters["threads"] = NumThreads();
+  SetByteCounters(state, c.problem->MinBytes(), NumThreads());
 }
 
 void BM_Copy(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0));
-  Aligned src(bytes), dst(bytes);
+  AlignedBuffer src(bytes), dst(bytes);
   const int threads = NumThreads();
-  ParallelCopy(dst.p, src.p, bytes, threads);  // first touch
+  ParallelCopy(dst.data, src.data, bytes, threads);  // first touch
   for (auto _ : state) {
-    ParallelCopy(dst.p, src.p, bytes, threads);
+    ParallelCopy(dst.data, src.data, bytes, threads);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(2 * bytes) * state.iterations());  // read + write
@@ -122,25 +136,16 @@ void BM_Copy(benchmark::State& state) {
 enum class ColdTimed { kCall, kCallCodeWarm, kCopy };
 constexpr int kColdIterations = 25;
 
-struct EvictionBuffers {
-  static constexpr size_t kBytes = size_t{256} << 20;
-  EvictionBuffers() : src(kBytes), dst(kBytes) {
-    std::memset(src.p, 1, kBytes);
-    std::memset(dst.p, 0, kBytes);
-  }
-  Aligned src, dst;
-};
-
 void RunCold(benchmark::State& state, const std::string& name, const BenchRow& row, const Shape& shape,
              Precision precision, ColdTimed timed) {
   using Clock = std::chrono::steady_clock;
-  static EvictionBuffers evict;
+  static EvictionCopy evict;
   std::string error;
   Cached& c = CachedProblem(name, row, shape, precision, InputValues::kNormal, &error);
   Shape small_shape = shape;
   small_shape.hidden = 16;
-  const std::unique_ptr<Problem> small = row.make(small_shape, precision.tokens, precision.weights, 8,
-                                                  InputValues::kNormal);
+  const std::unique_ptr<Problem> small =
+      row.make(small_shape, precision.tokens, precision.weights, 8, InputValues::kNormal);
   moegrad::Plan small_plan;
   if (error.empty()) {
     const Status s = small->Plan(&small_plan);
@@ -150,29 +155,25 @@ void RunCold(benchmark::State& state, const std::string& name, const BenchRow& r
     state.SkipWithError(error.c_str());
     return;
   }
-  Aligned small_workspace(small_plan.workspace_size());
+  AlignedBuffer small_workspace(small_plan.workspace_size());
   const size_t half = std::max<size_t>(c.problem->MinBytes() / 2, 64);
-  Aligned copy_src(half), copy_dst(half);
-  std::memset(copy_src.p, 1, half);
-  std::memset(copy_dst.p, 0, half);
+  AlignedBuffer copy_src(half), copy_dst(half);
+  std::memset(copy_src.data, 1, half);
+  std::memset(copy_dst.data, 0, half);
   const int threads = NumThreads();
   double plan_seconds = 0.0;
   for (auto _ : state) {
-    ParallelCopy(evict.dst.p, evict.src.p, EvictionBuffers::kBytes, threads);
+    ParallelCopy(evict.dst.data, evict.src.data, EvictionCopy::kBytes, threads);
     Status s;
-    if (timed == ColdTimed::kCallCodeWarm) {
-      moegrad::Plan plan;
-      s = small->Plan(&plan);
-      if (s.ok()) s = plan.Run(small_workspace.p, small_plan.workspace_size());
-    }
+    if (timed == ColdTimed::kCallCodeWarm) s = PlanAndRun(*small, small_workspace.data, small_workspace.size);
     const auto t0 = Clock::now();
     if (timed == ColdTimed::kCopy) {
-      ParallelCopy(copy_dst.p, copy_src.p, half, threads);
+      ParallelCopy(copy_dst.data, copy_src.data, half, threads);
     } else if (s.ok()) {
       moegrad::Plan plan;
       s = c.problem->Plan(&plan);
       plan_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-      if (s.ok()) s = plan.Run(c.workspace->p, c.workspace_size);
+      if (s.ok()) s = plan.Run(c.workspace->data, c.workspace_size);
     }
     state.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
     if (!s.ok()) {
@@ -180,10 +181,7 @@ void RunCold(benchmark::State& state, const std::string& name, const BenchRow& r
       break;
     }
   }
-  const double bytes = static_cast<double>(c.problem->MinBytes());
-  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
-  state.counters["bytes"] = bytes;
-  state.counters["threads"] = threads;
+  SetByteCounters(state, c.problem->MinBytes(), threads);
   if (timed != ColdTimed::kCopy) {
     state.counters["plan_us"] = benchmark::Counter(1e6 * plan_seconds, benchmark::Counter::kAvgIterations);
   }
@@ -206,12 +204,7 @@ void RegisterAll() {
   for (const ModelPreset& preset : ModelPresets()) {
     for (int64_t tokens : {int64_t{1}, int64_t{16}, int64_t{128}, preset.default_tokens}) {
       if (tokens == preset.default_tokens && tokens <= 128) continue;  // registered already
-      Shape shape;
-      shape.tokens = tokens;
-      shape.hidden = preset.hidden;
-      shape.experts = preset.experts;
-      shape.topk = preset.topk;
-      shape.capacity = DefaultCapacity(tokens, preset.experts, preset.topk);
+      const Shape shape = PresetShape(preset, tokens);
       for (const BenchRow& row : BenchRows()) {
         for (const Precision& precision : precisions) {
           if (!row.weights && precision.weights != precision.tokens) continue;  // no routing weights: bf16 again
@@ -227,12 +220,7 @@ void RegisterAll() {
     // Value-independent speed: bf16 at the preset's default tokens with tiny inputs (products underflow fp32,
     // as tiny gradients do; `moegrad bench --values tiny`), next to the rows above with normal values.
     {
-      Shape shape;
-      shape.tokens = preset.default_tokens;
-      shape.hidden = preset.hidden;
-      shape.experts = preset.experts;
-      shape.topk = preset.topk;
-      shape.capacity = DefaultCapacity(shape.tokens, preset.experts, preset.topk);
+      const Shape shape = PresetShape(preset, preset.default_tokens);
       const Precision bf16{DType::kBFloat16, DType::kBFloat16};
       for (const BenchRow& row : BenchRows()) {
         const std::string name = Sanitize(std::string(row.key) + "/" + row.mode + "/bf16/" + preset.name +
@@ -244,12 +232,7 @@ void RegisterAll() {
     }
     // A cold one-token call taken apart (RunCold): the call, the call with its code warm, a copy of its bytes.
     {
-      Shape shape;
-      shape.tokens = 1;
-      shape.hidden = preset.hidden;
-      shape.experts = preset.experts;
-      shape.topk = preset.topk;
-      shape.capacity = DefaultCapacity(shape.tokens, preset.experts, preset.topk);
+      const Shape shape = PresetShape(preset, 1);
       const Precision bf16{DType::kBFloat16, DType::kBFloat16};
       for (const BenchRow& row : BenchRows()) {
         const std::string base = Sanitize(std::string("cold/") + row.key + "/" + row.mode + "/bf16/" + preset.name +
@@ -267,12 +250,7 @@ void RegisterAll() {
     // The fixed cost of a call: the preset's routing (E, K, C) at 16 and at 1024 tokens with H = 16, so that
     // the rows move almost no bytes and what remains is the plan, the index passes and the thread fork/join.
     for (int64_t tokens : {16, 1024}) {
-      Shape tiny;
-      tiny.tokens = tokens;
-      tiny.hidden = 16;
-      tiny.experts = preset.experts;
-      tiny.topk = preset.topk;
-      tiny.capacity = DefaultCapacity(tiny.tokens, preset.experts, preset.topk);
+      const Shape tiny = PresetShape(preset, tokens, /*hidden=*/16);
       for (const BenchRow& row : BenchRows()) {
         const std::string name = Sanitize(std::string("overhead/") + row.key + "/" + row.mode + "/f32/" +
                                           preset.name + "/T:" + std::to_string(tokens) + "/H:16");

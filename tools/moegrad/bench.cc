@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -80,29 +79,9 @@ bool BenchBytes(const Shape& s, uint64_t elem, uint64_t* bytes) {
   return true;
 }
 
-struct AlignedBuffer {
-  explicit AlignedBuffer(uint64_t bytes)
-      : data(bytes ? ::operator new(bytes, std::align_val_t(64)) : nullptr), size(bytes) {}
-  ~AlignedBuffer() {
-    if (data) ::operator delete(data, std::align_val_t(64));
-  }
-  void* data;
-  uint64_t size;
-};
-
 // Plans, times and verifies one row; false (with `error`) when the library refuses the call.
-// Source and destination of the 256 MiB copy each timed call is paired with.
-struct CopyPair {
-  static constexpr uint64_t kBytes = uint64_t{256} << 20;
-  CopyPair() : src(kBytes), dst(kBytes) {
-    std::memset(src.data, 1, kBytes);
-    std::memset(dst.data, 0, kBytes);
-  }
-  AlignedBuffer src, dst;
-};
-
 bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precision, InputValues values,
-                uint64_t seed, const CopyPair& copy, bool sweep, BenchResult* r, std::string* error) {
+                uint64_t seed, const EvictionCopy& copy, bool sweep, BenchResult* r, std::string* error) {
   std::unique_ptr<Problem> p = row.make(shape, precision.tokens, precision.weights, seed, values);
   r->op = row.op;
   r->key = row.key;
@@ -129,7 +108,7 @@ bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precis
   };
   r->seconds = PairedWithCopy(
       call,
-      static_cast<double>(r->bytes), copy.dst.data, copy.src.data, CopyPair::kBytes, NumThreads(), &ratio,
+      static_cast<double>(r->bytes), copy.dst.data, copy.src.data, EvictionCopy::kBytes, NumThreads(), &ratio,
       &r->paired_copy_bytes_per_second);
   r->pct_copy = 100.0 * ratio;
   if (!status.ok()) {
@@ -149,7 +128,7 @@ bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precis
     double ratio_unused = 0.0, bandwidth_unused = 0.0;
     r->cold_copy_seconds =
         PairedWithCopy([&] { ParallelCopy(dst.data, src.data, half, NumThreads()); }, 2.0 * static_cast<double>(half),
-                       copy.dst.data, copy.src.data, CopyPair::kBytes, NumThreads(), &ratio_unused, &bandwidth_unused);
+                       copy.dst.data, copy.src.data, EvictionCopy::kBytes, NumThreads(), &ratio_unused, &bandwidth_unused);
     r->warm_seconds = MedianSeconds(call, 2, 5, 1000, 0.2);
     if (!status.ok()) {
       *error = status.message();
@@ -261,7 +240,7 @@ int RunBench(const BenchOptions& o) {
   std::fprintf(stderr, "moegrad bench: measuring copy bandwidth with %d threads\n", threads);
   const double copy_bytes_per_second = CopyBandwidth(threads);
 
-  const CopyPair copy;
+  const EvictionCopy copy;
   int index = 0;
   bool all_ok = true;
   for (BenchReport& report : reports) {

@@ -25,6 +25,18 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
+AlignedBuffer::AlignedBuffer(uint64_t bytes)
+    : data(bytes ? ::operator new(bytes, std::align_val_t(64)) : nullptr), size(bytes) {}
+
+AlignedBuffer::~AlignedBuffer() {
+  if (data) ::operator delete(data, std::align_val_t(64));
+}
+
+EvictionCopy::EvictionCopy() : src(kBytes), dst(kBytes) {
+  std::memset(src.data, 1, kBytes);
+  std::memset(dst.data, 0, kBytes);
+}
+
 double MedianSeconds(const std::function<void()>& fn, int warmup, int min_runs, int max_runs,
                      double budget_seconds) {
   using Clock = std::chrono::steady_clock;

@@ -2,9 +2,28 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 
 namespace moegrad::tool {
+
+// `bytes` bytes aligned to 64 (none when 0), freed with the buffer.
+struct AlignedBuffer {
+  explicit AlignedBuffer(uint64_t bytes);
+  ~AlignedBuffer();
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  void* data;
+  uint64_t size;
+};
+
+// Source and destination of the 256 MiB copy that leaves the caches full of other data before a timed call:
+// `moegrad bench` pairs every timed call with one (PairedWithCopy), moegrad_bench's cold rows evict with one.
+struct EvictionCopy {
+  static constexpr uint64_t kBytes = uint64_t{256} << 20;
+  EvictionCopy();
+  AlignedBuffer src, dst;
+};
 
 // Runs fn `warmup` times, then at least min_runs and at most max_runs times, stopping once about
 // budget_seconds have been spent; returns the median time of one run in seconds.
