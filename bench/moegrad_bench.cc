@@ -132,8 +132,8 @@ void BM_Copy(benchmark::State& state) {
 //                  the allocator are warm again, the call's own data is still cold;
 //   kCopy          a copy of the call's least bytes (half read, half written): the bytes' own time, cold.
 // The counter plan_us is phase one (the argument checks and the workspace size) alone, per timed call.
-// A fixed count: Google Benchmark's minimum time would count only the timed microseconds, not the evictions.
 enum class ColdTimed { kCall, kCallCodeWarm, kCopy };
+// A fixed count: Google Benchmark's minimum time would count only the timed microseconds, not the evictions.
 constexpr int kColdIterations = 25;
 
 void RunCold(benchmark::State& state, const std::string& name, const BenchRow& row, const Shape& shape,
