@@ -291,6 +291,34 @@ TEST(SpecialValues, UnderflowingProductsAgreeWithReferenceInTokenUnpermuteWithRo
   UnderflowingCasesAgree(tool::TokenUnpermuteWithRoutingMapGradConfig{}, "MoeTokenUnpermuteWithRoutingMapGrad");
 }
 
+// MoeFinalizeRoutingV2Grad in bf16 with a bias table of 256 KiB or more takes the FMA form from its first token
+// on (FmaFromTheStart in src/backend/cpu/kernels/row_ops_scale_dot-inl.h), for ordinary values too: the
+// results are the reference's for ordinary, tiny and mixed values, both weight dtypes, on every SIMD target,
+// whole token steps and a tail (the tables above are smaller, so those calls switch midway).
+TEST(SpecialValues, LargeBiasTableInBFloat16AgreesWithReferenceInFinalizeRoutingV2Grad) {
+  int runs = 0;
+  ForEachSimdTarget([&] {
+    for (const tool::InputValues values :
+         {tool::InputValues::kNormal, tool::InputValues::kTiny, tool::InputValues::kMixed}) {
+      for (const DType weights : {DType::kBFloat16, DType::kFloat32}) {
+        tool::FinalizeRoutingV2GradConfig c;
+        c.shape = {12, 1024 + 40, 128, 4, 0};  // bias (128, 1064) bf16: 266 KiB
+        c.dtype = DType::kBFloat16;
+        c.weight_dtype = weights;
+        c.bias = true;
+        c.values = values;
+        c.seed = static_cast<uint64_t>(runs) + 1;
+        std::unique_ptr<tool::Problem> p = tool::MakeProblem(c);
+        const std::vector<std::vector<uint8_t>> before = tool::SnapshotOutputs(*p);
+        EXPECT_EQ(tool::VerifyRun(*p, p->Call(), before), "")
+            << tool::InputValuesName(values) << " bf16+" << DTypeName(weights);
+        ++runs;
+      }
+    }
+  });
+  EXPECT_GE(runs, 6);
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 // The underflow watch leaves the calling thread's MXCSR as the arithmetic alone would: a flag set before the
 // call stays set, a clear one stays clear on ordinary values and is set by underflowing ones; the control

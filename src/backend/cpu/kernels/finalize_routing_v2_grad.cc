@@ -85,6 +85,8 @@ void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t 
   TokenPairRows<T> groups[2][kTokenGroup];
   HWY_ALIGN float part[kTokenGroup][16];
   UnderflowWatch watch(WatchesUnderflow<T>());
+  const bool fma_from_start =
+      has_scales && has_bias && FmaFromTheStart<T>(p.bias_rows * H * static_cast<int64_t>(sizeof(T)));
   int cur = 0;
   if (i_begin < i_end) look_up(i_begin, groups[cur]);
   for (int64_t i0 = i_begin; i0 < i_end; i0 = group_end(i0), cur ^= 1) {
@@ -98,7 +100,8 @@ void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t 
     if (next_count > 0) look_up(next0, next);
     const T* g_next = next_count > 0 && next0 / K != r ? p.grad_y.Row<const T>(next0 / K) : nullptr;
     bool aligned = true;
-    const bool fma = watch.seen();
+    // bf16 with a large bias table: the FMA form throughout; else from the first underflow on.
+    const bool fma = fma_from_start || watch.seen();
     for (int64_t m = 0; m < count; ++m) {
       pairs[m].x_next = m < next_count ? next[m].x : nullptr;
       if (pairs[m].out != nullptr && !StreamAligned(pairs[m].out)) aligned = false;

@@ -6,10 +6,12 @@
 //
 // Their products go through Product<kFma>: hn::Mul, or with kFma MulRounded (row_ops-inl.h), the same bits.
 // The FMA form is immune to the slow path a multiply whose product underflows takes on some cores (AMD Zen 3:
-// DeepSeek-V3 bf16 finalize grad, --values tiny, 38% -> 54% and 50% -> 69% of copy), but costs the dropless
-// scales+bias row 10-15 points of copy on ordinary values there (16 AVX2 registers, which the token walk's
+// DeepSeek-V3 bf16 finalize grad, --values tiny, 38% -> 54% and 50% -> 69% of copy), but costs the walks
+// without bias 10-20 points of copy on ordinary values there (16 AVX2 registers, which the token walk's
 // partial sums already fill). So the callers run kFma = false until their UnderflowWatch
-// (underflow_watch.h) reports an underflow, then kFma = true (ScaleDotTokenAny, ScaleRowDot's `fma`).
+// (underflow_watch.h) reports an underflow, then kFma = true (ScaleDotTokenAny, ScaleRowDot's `fma`); a bf16
+// walk with a large bias table, which the FMA form made faster on ordinary values too, runs it throughout
+// (FmaFromTheStart).
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(MOEGRAD_KERNELS_ROW_OPS_SCALE_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -47,6 +49,17 @@ HWY_INLINE VF Product(VF a, VF b) {
 template <typename T>
 constexpr bool WatchesUnderflow() {
   return !hwy::IsSame<T, hwy::float16_t>();
+}
+
+// Whether a token walk whose dots add rows of a bias table of `table_bytes` takes the FMA form from its first
+// token on rather than from its first underflow: bf16 with a table of 256 KiB or more. Measured on ordinary
+// values (MoeFinalizeRoutingV2Grad dropless, docs/performance.md, "Speed whatever the values"), the FMA form
+// was 11-26 points of copy faster with Qwen3's 512 KiB and DeepSeek-V3's 3.5 MiB tables, 11-18 slower with
+// Mixtral's 64 KiB one; f32, and the walks without bias, were not faster (the latter lost 10-20 points).
+constexpr int64_t kFmaFromTheStartTableBytes = int64_t{256} << 10;
+template <typename T>
+constexpr bool FmaFromTheStart(int64_t table_bytes) {
+  return hwy::IsSame<T, hwy::bfloat16_t>() && table_bytes >= kFmaFromTheStartTableBytes;
 }
 
 // The rows of one ScaleRowDot call (the columns of a pair that ScaleDotToken's steps leave over).
