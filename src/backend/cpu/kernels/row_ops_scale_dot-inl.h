@@ -54,7 +54,7 @@ constexpr bool WatchesUnderflow() {
 // Whether a token walk whose dots add rows of a bias table of `table_bytes` takes the FMA form from its first
 // token on rather than from its first underflow: bf16 with a table of 256 KiB or more. Measured on ordinary
 // values (MoeFinalizeRoutingV2Grad dropless, docs/performance.md, "Speed whatever the values"), the FMA form
-// was 11-26 points of copy faster with Qwen3's 512 KiB and DeepSeek-V3's 3.5 MiB tables, 11-18 slower with
+// was 5-26 points of copy faster with Qwen3's 512 KiB and DeepSeek-V3's 3.5 MiB tables, 1-18 slower with
 // Mixtral's 64 KiB one; f32, and the walks without bias, were not faster (the latter lost 10-20 points).
 constexpr int64_t kFmaFromTheStartTableBytes = int64_t{256} << 10;
 template <typename T>

@@ -7,8 +7,8 @@
 // -0 as addend rounds to the same bits without it, but costs most of those loops 10-20 points of copy
 // bandwidth on ordinary values (they already fill the 16 AVX2 registers). So a loop runs the plain multiply
 // until the underflow flag says a product has underflowed, and from then on the FMA form: the same bits either
-// way, only the speed differs (bf16 walks with a large bias table take the FMA form throughout: FmaFromTheStart in
-// row_ops_scale_dot-inl.h). Elsewhere (ARM, no MXCSR) seen() is always false.
+// way, only the speed differs (bf16 walks with a large bias table take the FMA form throughout:
+// FmaFromTheStart in row_ops_scale_dot-inl.h). Elsewhere (ARM, no MXCSR) seen() is always false.
 //
 // The caller's flags are kept: the watch clears the underflow and denormal-operand flags when it begins and,
 // when it ends, sets again those that were set before, so the thread's flags afterwards are exactly those the
