@@ -66,21 +66,6 @@ class TokenUnpermuteWithRoutingMapCpu final : public OpBackend<Problem> {
       }
     }
     const bool probs = q.probs.data != nullptr;
-    const core::RowView& map = q.routing_map;
-    if (probs && !q.padded_mode) {
-      for (int64_t t = 0; t < q.tokens; ++t) {
-        const uint8_t* row = map.Row<const uint8_t>(t);
-        int64_t routed = 0;
-        for (int64_t e = 0; e < q.experts; ++e) routed += row[e * map.col_stride] != 0 ? 1 : 0;
-        if (routed != q.topk) {
-          return core::MakeStatus(core::StatusCode::kInvalid,
-                                  "%s: routingMapOptional row %lld has %lld routed entries but paddedMode false "
-                                  "needs K = N / T = %lld",
-                                  Problem::kName, static_cast<long long>(t), static_cast<long long>(routed),
-                                  static_cast<long long>(q.topk));
-        }
-      }
-    }
     Layout at(q);
     Task task;
     static_cast<Problem&>(task) = q;
@@ -101,14 +86,14 @@ class TokenUnpermuteWithRoutingMapCpu final : public OpBackend<Problem> {
         }
       } else {
         // Token t's k-th routed expert, ascending, is contribution t*K + k.
-        for (int64_t t = 0; t < q.tokens; ++t) {
-          const uint8_t* row = map.Row<const uint8_t>(t);
-          int64_t i = t * q.topk;
-          for (int64_t e = 0; e < q.experts; ++e) {
-            if (row[e * map.col_stride] == 0) continue;
-            experts[i] = e;
-            weights[i++] = WeightAt(q, t, e);
-          }
+        int64_t bad_token = -1, routed = 0;
+        kernels::RunRoutedWeights({&q, weights, experts, &bad_token, &routed});
+        if (bad_token >= 0) {
+          return core::MakeStatus(core::StatusCode::kInvalid,
+                                  "%s: routingMapOptional row %lld has %lld routed entries but paddedMode false "
+                                  "needs K = N / T = %lld",
+                                  Problem::kName, static_cast<long long>(bad_token), static_cast<long long>(routed),
+                                  static_cast<long long>(q.topk));
         }
       }
       task.weights = weights;
