@@ -7,6 +7,7 @@
 #include "src/backend/cpu/index_checks.h"
 #include "src/backend/cpu/inverse_index.h"
 #include "src/core/float16.h"
+#include "src/backend/cpu/kernels/routed_experts.h"
 #include "src/backend/cpu/kernels/token_unpermute_with_routing_map.h"
 
 namespace moegrad::backend::cpu {
@@ -87,7 +88,8 @@ class TokenUnpermuteWithRoutingMapCpu final : public OpBackend<Problem> {
       } else {
         // Token t's k-th routed expert, ascending, is contribution t*K + k.
         int64_t bad_token = -1, routed = 0;
-        kernels::RunRoutedWeights({&q, weights, experts, &bad_token, &routed});
+        kernels::RunRoutedExperts({q.tokens, q.experts, q.topk, q.routing_map, q.probs, q.weight_dtype, experts, weights,
+                                  &bad_token, &routed});
         if (bad_token >= 0) {
           return core::MakeStatus(core::StatusCode::kInvalid,
                                   "%s: routingMapOptional row %lld has %lld routed entries but paddedMode false "

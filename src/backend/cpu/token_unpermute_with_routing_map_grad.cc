@@ -5,6 +5,7 @@
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/index_checks.h"
 #include "src/backend/cpu/inverse_index.h"
+#include "src/backend/cpu/kernels/routed_experts.h"
 #include "src/backend/cpu/kernels/token_unpermute_with_routing_map_grad.h"
 #include "src/core/workspace.h"
 
@@ -29,7 +30,7 @@ struct Layout {
       token_offsets = l.Add(static_cast<uint64_t>(q.tokens) + 1, sizeof(int64_t));
       token_pairs = l.Add(N, sizeof(int64_t));
     } else {
-      experts = l.Add(N, sizeof(int32_t));
+      experts = l.Add(N, sizeof(int64_t));
     }
   }
   WorkspaceLayout l;
@@ -67,23 +68,16 @@ class TokenUnpermuteWithRoutingMapGradCpu final : public OpBackend<Problem> {
     static_cast<Problem&>(task) = q;
     if (has_probs && !q.drop_and_pad) {
       // Pair t*K + k is token t's k-th routed expert, ascending: every row needs exactly K.
-      int32_t* experts = WorkspaceLayout::At<int32_t>(workspace, at.experts);
-      const int64_t K = q.topk;
-      for (int64_t t = 0; t < q.tokens; ++t) {
-        const uint8_t* map = q.routing_map.Row<const uint8_t>(t);
-        int64_t k = 0;
-        for (int64_t e = 0; e < q.experts; ++e) {
-          if (map[e * q.routing_map.col_stride] == 0) continue;
-          if (k < K) experts[t * K + k] = static_cast<int32_t>(e);
-          ++k;
-        }
-        if (k != K) {
-          return core::MakeStatus(core::StatusCode::kInvalid,
-                                  "%s: routingMapOptional row %lld has %lld routed entries but dropAndPad false "
-                                  "needs K = N / T = %lld",
-                                  Problem::kName, static_cast<long long>(t), static_cast<long long>(k),
-                                  static_cast<long long>(K));
-        }
+      int64_t* experts = WorkspaceLayout::At<int64_t>(workspace, at.experts);
+      int64_t bad_token = -1, routed = 0;
+      kernels::RunRoutedExperts(
+          {q.tokens, q.experts, q.topk, q.routing_map, {}, q.weight_dtype, experts, nullptr, &bad_token, &routed});
+      if (bad_token >= 0) {
+        return core::MakeStatus(core::StatusCode::kInvalid,
+                                "%s: routingMapOptional row %lld has %lld routed entries but dropAndPad false "
+                                "needs K = N / T = %lld",
+                                Problem::kName, static_cast<long long>(bad_token), static_cast<long long>(routed),
+                                static_cast<long long>(q.topk));
       }
       task.pair_experts = experts;
     }

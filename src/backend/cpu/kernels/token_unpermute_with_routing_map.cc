@@ -6,7 +6,6 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "src/backend/cpu/parallel.h"
-#include "src/backend/cpu/kernels/routing_map-inl.h"
 #include "src/backend/cpu/kernels/row_ops-inl.h"
 #include "src/backend/cpu/kernels/row_ops_gather_sum-inl.h"
 #include "src/backend/cpu/kernels/row_ops_stream-inl.h"
@@ -205,48 +204,6 @@ void UnpermuteTyped(const TokenUnpermuteWithRoutingMapTask& p) {
   });
 }
 
-// RunRoutedWeights for weights of type W: one pass over the map, its rows read in vectors where they are
-// unit-stride; a row's entries past K are counted, not written.
-template <typename W>
-void RoutedWeightsTyped(const RoutedWeightsTask& r) {
-  const backend::TokenUnpermuteWithRoutingMapProblem& q = *r.problem;
-  const int64_t E = q.experts;
-  const int64_t K = q.topk;
-  const int64_t ms = q.routing_map.col_stride;
-  const int64_t ps = q.probs.col_stride;
-  *r.bad_token = -1;
-  for (int64_t t = 0; t < q.tokens; ++t) {
-    const uint8_t* map = q.routing_map.Row<const uint8_t>(t);
-    const W* probs = q.probs.Row<const W>(t);
-    const int64_t i = t * K;
-    int64_t k = 0;
-    auto take = [&](int64_t e) {
-      if (k < K) {
-        r.experts[i + k] = e;
-        r.weights[i + k] = ToF32(probs[e * ps]);
-      }
-      ++k;
-      return true;
-    };
-    if (ms == 1) {
-      ForEachRouted(map, E, take);
-    } else {
-      for (int64_t e = 0; e < E; ++e) {
-        if (map[e * ms] != 0) take(e);
-      }
-    }
-    if (k != K) {
-      *r.bad_token = t;
-      *r.bad_count = k;
-      return;
-    }
-  }
-}
-
-void RoutedWeightsImpl(const RoutedWeightsTask& r) {
-  WithFloatType(r.problem->weight_dtype, [&](auto w) { RoutedWeightsTyped<decltype(w)>(r); });
-}
-
 void TokenUnpermuteWithRoutingMapImpl(const TokenUnpermuteWithRoutingMapTask& p) {
   WithFloatType(p.dtype, [&](auto zero) { UnpermuteTyped<decltype(zero)>(p); });
 }
@@ -257,7 +214,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace moegrad::kernels {
 
-MOEGRAD_KERNEL_ENTRY(RunRoutedWeights, RoutedWeightsImpl, RoutedWeightsTask)
 MOEGRAD_KERNEL_ENTRY(RunTokenUnpermuteWithRoutingMap, TokenUnpermuteWithRoutingMapImpl,
                      TokenUnpermuteWithRoutingMapTask)
 

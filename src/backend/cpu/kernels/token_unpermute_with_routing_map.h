@@ -20,18 +20,6 @@ struct TokenUnpermuteWithRoutingMapTask : backend::TokenUnpermuteWithRoutingMapP
   const int64_t* experts = nullptr;
 };
 
-// Dropless with probs, before the kernel: token t's routed experts (routingMap row t non-zero), ascending, and
-// their probs widened to fp32, in experts[t*K + k] and weights[t*K + k]. Stops at the first token whose row
-// does not hold exactly K routed entries: *bad_token is that token (else -1) and *bad_count its entries.
-struct RoutedWeightsTask {
-  const backend::TokenUnpermuteWithRoutingMapProblem* problem = nullptr;
-  float* weights = nullptr;
-  int64_t* experts = nullptr;
-  int64_t* bad_token = nullptr;
-  int64_t* bad_count = nullptr;
-};
-void RunRoutedWeights(const RoutedWeightsTask& t);
-
 // Writes every row of unpermutedTokens, every element of outIndex and permuteTokenId and, with probs, of
 // permuteProbs.
 void RunTokenUnpermuteWithRoutingMap(const TokenUnpermuteWithRoutingMapTask& t);

@@ -16,7 +16,7 @@ struct TokenUnpermuteWithRoutingMapGradTask : backend::TokenUnpermuteWithRouting
   // With probs: the dot product d_i of every pair (written by the row pass, read by the probs pass).
   float* dots = nullptr;
   // Dropless with probs: the expert of pair i.
-  const int32_t* pair_experts = nullptr;
+  const int64_t* pair_experts = nullptr;
   // Drop-and-pad with probs: the pairs i with permuteTokenId[i] == t are token_pairs[token_offsets[t] ..
   // token_offsets[t + 1]), ascending; the kernel reorders each token's list by (expert, i).
   const int64_t* token_offsets = nullptr;
