@@ -190,36 +190,19 @@ TEST(TokenUnpermuteWithRoutingMapErrors, EveryRuleInOrderDroplessWithProbs) {
   CheckTable(table, [] { return Base(false); });
 }
 
-// A routing map of 100 experts, so that its rows are read in vectors of 64 and 16 bytes and a scalar tail; rows
-// {3, 70} | {64, 99} | {0, 95}. Every extra or missing entry is counted wherever it lies in the row.
+// Base(false) with WideRouting's map of 100 experts and probs to match.
 UnpermuteCase WideMap() {
-  constexpr int64_t kWide = 100;
   UnpermuteCase c = Base(false);
-  c.t[kMap] = TestTensor(kI8, {kT, kWide});
-  c.t[kProbs] = TestTensor(kF32, {kT, kWide});
+  c.t[kMap] = TestTensor(kI8, {kT, 100});
+  SetRoutingMap(*c.t[kMap], WideRouting());
+  c.t[kProbs] = TestTensor(kF32, {kT, 100});
   std::mt19937_64 rng(5);
   c.t[kProbs]->FillUniform(rng);
-  for (int64_t i = 0; i < kT * kWide; ++i) c.t[kMap]->SetI(i, 0);
-  for (int64_t i : {int64_t{3}, int64_t{70}, kWide + 64, kWide + 99, 2 * kWide, 2 * kWide + 95}) c.t[kMap]->SetI(i, 1);
   return c;
 }
 
 TEST(TokenUnpermuteWithRoutingMapErrors, WideRoutingMapRowsAreCountedWhole) {
-  const std::vector<Row> table = {
-      {"extra entry in the first 64 columns", [](C& c) { c.t[kMap]->SetI(100 + 5, 1); }, kInvalid,
-       "routingMapOptional row 1 has 3 routed entries but paddedMode false needs K = N / T = 2", 2},
-      {"extra entry in the 16-column part", [](C& c) { c.t[kMap]->SetI(200 + 66, 1); }, kInvalid,
-       "routingMapOptional row 2 has 3 routed entries", 2},
-      {"extra entry in the scalar tail", [](C& c) { c.t[kMap]->SetI(98, 1); }, kInvalid,
-       "routingMapOptional row 0 has 3 routed entries", 2},
-      {"every entry of a row", [](C& c) { for (int64_t e = 0; e < 100; ++e) c.t[kMap]->SetI(200 + e, 1); },
-       kInvalid, "routingMapOptional row 2 has 100 routed entries", 2},
-      {"missing entry in the tail", [](C& c) { c.t[kMap]->SetI(100 + 99, 0); }, kInvalid,
-       "routingMapOptional row 1 has 1 routed entries", 2},
-      {"the first bad row is named", [](C& c) { c.t[kMap]->SetI(200, 0); c.t[kMap]->SetI(100 + 1, 1); }, kInvalid,
-       "routingMapOptional row 1 has 3 routed entries", 2},
-  };
-  CheckTable(table, WideMap);
+  CheckTable(WideRoutingMapRows<Args>(kMap, "paddedMode"), WideMap);
 }
 
 TEST(TokenUnpermuteWithRoutingMapErrors, PadAndWithoutProbs) {

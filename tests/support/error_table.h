@@ -132,4 +132,33 @@ void CheckTable(const std::vector<ErrorRow<Args>>& rows, MakeCase make) {
   }
 }
 
+// A dropless routing map of 3 tokens and 100 experts, K = 2, so that its rows are read in vectors of 64 and 16
+// bytes and a scalar tail: rows {3, 70} | {64, 99} | {0, 95} (1 = routed, row-major).
+inline std::vector<uint8_t> WideRouting() {
+  std::vector<uint8_t> routed(300, 0);
+  for (int i : {3, 70, 100 + 64, 100 + 99, 200, 200 + 95}) routed[static_cast<size_t>(i)] = 1;
+  return routed;
+}
+
+// The row count check on a WideRouting map in slot `map`: every extra or missing entry is counted wherever it
+// lies in the row, and the first bad row is named. `mode`: the attribute that chose dropless.
+template <typename Args>
+std::vector<ErrorRow<Args>> WideRoutingMapRows(int map, const std::string& mode) {
+  using C = Case<Args>;
+  return {
+      {"extra entry in the first 64 columns", [map](C& c) { c.t[map]->SetI(100 + 5, 1); }, kInvalid,
+       "routingMapOptional row 1 has 3 routed entries but " + mode + " false needs K = N / T = 2", 2},
+      {"extra entry in the 16-column part", [map](C& c) { c.t[map]->SetI(200 + 66, 1); }, kInvalid,
+       "routingMapOptional row 2 has 3 routed entries", 2},
+      {"extra entry in the scalar tail", [map](C& c) { c.t[map]->SetI(98, 1); }, kInvalid,
+       "routingMapOptional row 0 has 3 routed entries", 2},
+      {"every entry of a row", [map](C& c) { for (int64_t e = 0; e < 100; ++e) c.t[map]->SetI(200 + e, 1); },
+       kInvalid, "routingMapOptional row 2 has 100 routed entries", 2},
+      {"missing entry in the tail", [map](C& c) { c.t[map]->SetI(100 + 99, 0); }, kInvalid,
+       "routingMapOptional row 1 has 1 routed entries", 2},
+      {"the first bad row is named", [map](C& c) { c.t[map]->SetI(200, 0); c.t[map]->SetI(100 + 1, 1); },
+       kInvalid, "routingMapOptional row 1 has 3 routed entries", 2},
+  };
+}
+
 }  // namespace moegrad::testing

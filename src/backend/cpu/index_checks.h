@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "src/backend/cpu/kernels/routed_experts.h"
 #include "src/core/status_util.h"
 #include "src/core/types.h"
 #include "src/core/views.h"
@@ -33,6 +34,22 @@ inline core::Status ExpertIdxInBias(const char* op, const core::FlatView& expert
     }
   }
   return core::Status::Ok();
+}
+
+// Dropless with a routing map: each token's routed experts (with probs also their weights) through
+// kernels::RunRoutedExperts, or INVALID ("<op>: routingMapOptional row t has n routed entries but <mode> false
+// needs K = N / T = K") for the first row that does not hold exactly K; `mode` names the attribute that chose
+// dropless (paddedMode, dropAndPad).
+inline core::Status RoutedExperts(const char* op, const char* mode, kernels::RoutedExpertsTask task) {
+  int64_t bad_token = -1, routed = 0;
+  task.bad_token = &bad_token;
+  task.bad_count = &routed;
+  kernels::RunRoutedExperts(task);
+  if (bad_token < 0) return core::Status::Ok();
+  return core::MakeStatus(core::StatusCode::kInvalid,
+                          "%s: routingMapOptional row %lld has %lld routed entries but %s false needs K = N / T = %lld",
+                          op, static_cast<long long>(bad_token), static_cast<long long>(routed), mode,
+                          static_cast<long long>(task.topk));
 }
 
 // A workspace layout's size, or INVALID ("<op>: the workspace size overflows 64 bits").

@@ -7,7 +7,6 @@
 #include "src/backend/cpu/index_checks.h"
 #include "src/backend/cpu/inverse_index.h"
 #include "src/core/float16.h"
-#include "src/backend/cpu/kernels/routed_experts.h"
 #include "src/backend/cpu/kernels/token_unpermute_with_routing_map.h"
 
 namespace moegrad::backend::cpu {
@@ -87,16 +86,10 @@ class TokenUnpermuteWithRoutingMapCpu final : public OpBackend<Problem> {
         }
       } else {
         // Token t's k-th routed expert, ascending, is contribution t*K + k.
-        int64_t bad_token = -1, routed = 0;
-        kernels::RunRoutedExperts({q.tokens, q.experts, q.topk, q.routing_map, q.probs, q.weight_dtype, experts, weights,
-                                  &bad_token, &routed});
-        if (bad_token >= 0) {
-          return core::MakeStatus(core::StatusCode::kInvalid,
-                                  "%s: routingMapOptional row %lld has %lld routed entries but paddedMode false "
-                                  "needs K = N / T = %lld",
-                                  Problem::kName, static_cast<long long>(bad_token), static_cast<long long>(routed),
-                                  static_cast<long long>(q.topk));
-        }
+        const Status routed = RoutedExperts(Problem::kName, "paddedMode",
+                                            {q.tokens, q.experts, q.topk, q.routing_map, q.probs, q.weight_dtype,
+                                             experts, weights});
+        if (!routed.ok()) return routed;
       }
       task.weights = weights;
       task.experts = experts;

@@ -5,7 +5,6 @@
 #include "src/backend/cpu/cpu_backend.h"
 #include "src/backend/cpu/index_checks.h"
 #include "src/backend/cpu/inverse_index.h"
-#include "src/backend/cpu/kernels/routed_experts.h"
 #include "src/backend/cpu/kernels/token_unpermute_with_routing_map_grad.h"
 #include "src/core/workspace.h"
 
@@ -69,16 +68,10 @@ class TokenUnpermuteWithRoutingMapGradCpu final : public OpBackend<Problem> {
     if (has_probs && !q.drop_and_pad) {
       // Pair t*K + k is token t's k-th routed expert, ascending: every row needs exactly K.
       int64_t* experts = WorkspaceLayout::At<int64_t>(workspace, at.experts);
-      int64_t bad_token = -1, routed = 0;
-      kernels::RunRoutedExperts(
-          {q.tokens, q.experts, q.topk, q.routing_map, {}, q.weight_dtype, experts, nullptr, &bad_token, &routed});
-      if (bad_token >= 0) {
-        return core::MakeStatus(core::StatusCode::kInvalid,
-                                "%s: routingMapOptional row %lld has %lld routed entries but dropAndPad false "
-                                "needs K = N / T = %lld",
-                                Problem::kName, static_cast<long long>(bad_token), static_cast<long long>(routed),
-                                static_cast<long long>(q.topk));
-      }
+      const Status routed = RoutedExperts(
+          Problem::kName, "dropAndPad",
+          {q.tokens, q.experts, q.topk, q.routing_map, {}, q.weight_dtype, experts, nullptr});
+      if (!routed.ok()) return routed;
       task.pair_experts = experts;
     }
     int64_t* row_offsets = WorkspaceLayout::At<int64_t>(workspace, at.row_offsets);
