@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The command-line tool on malformed and on accepted command lines: every bad argument is one line on stderr
 and exit status 2 before anything runs (no benchmark, no --json file), never a crash or an uncaught exception;
-a bad MOEGRAD_NUM_THREADS is one warning and the default thread count. Usage: tool_args_test.py PATH/moegrad.
+a bad MOEGRAD_NUM_THREADS is one warning and the default thread count; MOEGRAD_MAX_SIMD caps the SIMD target
+(a name the build does not know: one warning, every target). Usage: tool_args_test.py PATH/moegrad.
 
 Each case: the arguments ("{json}" stands for a --json path and "{svg}" for a --plot path in a fresh temporary
 folder, which must still not exist afterwards when the case fails), extra environment, the expected exit status and a substring of stderr.
@@ -189,7 +190,7 @@ GOOD = [
 
 
 def run(tool, args, env_extra, json_path, address_space=None):
-    env = {k: v for k, v in os.environ.items() if k != "MOEGRAD_NUM_THREADS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("MOEGRAD_NUM_THREADS", "MOEGRAD_MAX_SIMD")}
     env.update(env_extra)
     svg_path = os.path.join(os.path.dirname(json_path), "out.svg")
     argv = [tool] + [a.replace("{json}", json_path).replace("{svg}", svg_path) for a in args]
@@ -264,6 +265,44 @@ def check_sweep(tool, json_path, svg_path):
     return problems
 
 
+def check_max_simd(tool, json_path):
+    """MOEGRAD_MAX_SIMD: `info` and `check` report the named target (any case), or the default where the CPU
+    lacks it; a name this build does not have is one warning line and the default target, exit status 0; a
+    capped `check` still passes."""
+    def target(env):
+        p, _ = run(tool, ["info", "--threads", "1"], env, json_path)
+        line = [l for l in p.stdout.splitlines() if l.startswith("SIMD target:")]
+        return p, (line[0].split(":", 1)[1].strip() if line else None)
+
+    problems = []
+    _, default = target({})
+    if default is None:
+        return ["info: no 'SIMD target:' line"]
+    cases = [(default.lower(), default), (default, default)]
+    if default.startswith("AVX3") or default == "AVX2":  # x86 with AVX2: every target of the x86 build below
+        cases += [("avx2", "AVX2"), ("Sse4", "SSE4"), ("SCALAR", "SCALAR")]
+    for value, expect in cases:
+        p, got = target({"MOEGRAD_MAX_SIMD": value})
+        if p.returncode != 0 or p.stderr or got != expect:
+            problems.append("MOEGRAD_MAX_SIMD=%s moegrad info: exit status %d, stderr %r, target %r, expected %r" %
+                            (value, p.returncode, p.stderr, got, expect))
+    for value in ("avx9", "", "AVX2 "):
+        p, got = target({"MOEGRAD_MAX_SIMD": value})
+        warning = "moegrad: MOEGRAD_MAX_SIMD=%s is not a SIMD target of this build (" % value
+        lines = p.stderr.splitlines()
+        if (p.returncode != 0 or len(lines) != 1 or not lines[0].startswith(warning) or
+                not lines[0].endswith("); using every target") or got != default):
+            problems.append("MOEGRAD_MAX_SIMD=%r moegrad info: exit status %d, stderr %r, target %r; expected one "
+                            "warning %r... and %r" % (value, p.returncode, p.stderr, got, warning, default))
+    capped = cases[-1]
+    args = ["check", "--seconds", "0", "--seed", "1"]
+    p, _ = run(tool, args, {"MOEGRAD_MAX_SIMD": capped[0]}, json_path)
+    if p.returncode != 0 or ", %s\n" % capped[1] not in p.stdout or "all cases passed" not in p.stdout:
+        problems.append("%s: exit status %d, stdout %r" % (describe(args, {"MOEGRAD_MAX_SIMD": capped[0]}),
+                                                           p.returncode, p.stdout))
+    return problems
+
+
 def main():
     tool = sys.argv[1]
     failures = []
@@ -308,6 +347,7 @@ def main():
         # one line and exit status 1, not an uncaught std::bad_alloc. One thread: no thread stacks to map.
         ran = len(BAD) + len(GOOD) + 1
         failures += check_sweep(tool, json_path, svg_path)
+        failures += check_max_simd(tool, json_path)
         if not sanitized(tool):
             ran += 1
             p, _ = run(tool, ["info", "--threads", "1"], {}, json_path, address_space=200 << 20)

@@ -25,10 +25,14 @@ const OpBackend<InitRoutingV2GradProblem>* For(const InitRoutingV2GradProblem*);
 const OpBackend<TokenUnpermuteWithRoutingMapProblem>* For(const TokenUnpermuteWithRoutingMapProblem*);
 const OpBackend<TokenUnpermuteWithRoutingMapGradProblem>* For(const TokenUnpermuteWithRoutingMapGradProblem*);
 
-// The one instance of an operator's CPU backend class, which its For() returns.
+// Applies MOEGRAD_MAX_SIMD (src/backend/cpu/simd_target.cc) once per process, before the first kernel call.
+void LimitSimdTargets();
+
+// The one instance of an operator's CPU backend class, which its For() returns; the first one applies
+// MOEGRAD_MAX_SIMD.
 template <typename Backend>
 const Backend* Instance() {
-  static const Backend backend;
+  static const Backend backend = (LimitSimdTargets(), Backend());
   return &backend;
 }
 
@@ -37,7 +41,7 @@ const Backend* Instance() {
 // next call uses.
 void SetThreads(int n);
 int Threads();
-// The SIMD target HWY_DYNAMIC_DISPATCH picks on this CPU, e.g. "AVX3".
+// The SIMD target HWY_DYNAMIC_DISPATCH picks on this CPU, e.g. "AVX3" (at most MOEGRAD_MAX_SIMD).
 const char* SimdTarget();
 
 }  // namespace moegrad::backend::cpu
