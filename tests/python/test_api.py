@@ -243,3 +243,57 @@ def test_results_identical_for_every_thread_count(probs_dtype):
 def test_module_info():
     assert moegrad.__version__ == moegrad.version()
     assert moegrad.simd_target()
+
+
+# --- MOEGRAD_MAX_SIMD -----------------------------------------------------------------------------------------
+
+_CAPPED = r"""
+import sys, torch, moegrad, moegrad.torch as mt
+g = torch.Generator().manual_seed(7)
+x = torch.randn(64, 300, generator=g).bfloat16()
+bias = torch.randn(4, 300, generator=g).bfloat16()
+idx = torch.randperm(64, generator=g).int()
+experts = torch.randint(0, 4, (32, 2), generator=g).int()
+gy = torch.randn(32, 300, generator=g).bfloat16()
+s = torch.rand(32, 2, generator=g).bfloat16()
+gx, gs = mt.moe_finalize_routing_v2_grad(gy, idx, expanded_x=x, scales=s, expert_idx=experts, bias=bias)
+y = mt.moe_finalize_routing_v2(x, idx, scales=s, expert_idx=experts, bias=bias, drop_pad_mode=2)
+print(moegrad.simd_target(), hash(tuple(gx.view(torch.int16).flatten().tolist())),
+      hash(tuple(gs.view(torch.int16).flatten().tolist())), hash(tuple(y.view(torch.int16).flatten().tolist())))
+"""
+
+
+def _run_with_max_simd(value):
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "MOEGRAD_MAX_SIMD"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    env["PYTHONHASHSEED"] = "0"
+    if value is not None:
+        env["MOEGRAD_MAX_SIMD"] = value
+    p = subprocess.run([sys.executable, "-c", _CAPPED], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.split(), p.stderr
+
+
+def test_max_simd_caps_the_target_and_keeps_every_bit():
+    default, err = _run_with_max_simd(None)
+    assert err == "" and default[0] == moegrad.simd_target()
+    values = [default[0].lower()]
+    if default[0].startswith("AVX3") or default[0] == "AVX2":  # x86 with AVX2: the targets below it
+        values += ["AVX2", "sse4", "Scalar"]
+    for value in values:
+        capped, err = _run_with_max_simd(value)
+        assert err == ""
+        assert capped[0] == value.upper()
+        assert capped[1:] == default[1:], value  # gradExpandedX, gradScales and the forward, bit for bit
+
+
+def test_max_simd_unknown_name_warns_once_and_keeps_every_target():
+    default, _ = _run_with_max_simd(None)
+    for value in ("avx9", ""):
+        capped, err = _run_with_max_simd(value)
+        assert err.startswith("moegrad: MOEGRAD_MAX_SIMD=%s is not a SIMD target of this build (" % value)
+        assert err.endswith("); using every target\n") and err.count("\n") == 1
+        assert capped == default
