@@ -268,7 +268,7 @@ def check_sweep(tool, json_path, svg_path):
 def check_max_simd(tool, json_path):
     """MOEGRAD_MAX_SIMD: `info` and `check` report the named target (any case), or the default where the CPU
     lacks it; a name this build does not have is one warning line and the default target, exit status 0; a
-    capped `check` still passes."""
+    capped `check` still passes. Returns the problems and the number of command lines run."""
     def target(env):
         p, _ = run(tool, ["info", "--threads", "1"], env, json_path)
         line = [l for l in p.stdout.splitlines() if l.startswith("SIMD target:")]
@@ -277,7 +277,7 @@ def check_max_simd(tool, json_path):
     problems = []
     _, default = target({})
     if default is None:
-        return ["info: no 'SIMD target:' line"]
+        return ["info: no 'SIMD target:' line"], 1
     cases = [(default.lower(), default), (default, default)]
     if default.startswith("AVX3") or default == "AVX2":  # x86 with AVX2: every target of the x86 build below
         cases += [("avx2", "AVX2"), ("Sse4", "SSE4"), ("SCALAR", "SCALAR")]
@@ -300,7 +300,7 @@ def check_max_simd(tool, json_path):
     if p.returncode != 0 or ", %s\n" % capped[1] not in p.stdout or "all cases passed" not in p.stdout:
         problems.append("%s: exit status %d, stdout %r" % (describe(args, {"MOEGRAD_MAX_SIMD": capped[0]}),
                                                            p.returncode, p.stdout))
-    return problems
+    return problems, 1 + len(cases) + 3 + 1
 
 
 def main():
@@ -347,7 +347,9 @@ def main():
         # one line and exit status 1, not an uncaught std::bad_alloc. One thread: no thread stacks to map.
         ran = len(BAD) + len(GOOD) + 1
         failures += check_sweep(tool, json_path, svg_path)
-        failures += check_max_simd(tool, json_path)
+        simd_failures, simd_ran = check_max_simd(tool, json_path)
+        failures += simd_failures
+        ran += simd_ran
         if not sanitized(tool):
             ran += 1
             p, _ = run(tool, ["info", "--threads", "1"], {}, json_path, address_space=200 << 20)
