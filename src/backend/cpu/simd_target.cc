@@ -1,5 +1,7 @@
 // The SIMD target HWY_DYNAMIC_DISPATCH picks on this CPU (lower target bits are better targets), and
 // MOEGRAD_MAX_SIMD, the best one the kernels may use.
+#include <strings.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -8,17 +10,6 @@
 #include "src/backend/cpu/cpu_backend.h"
 
 namespace moegrad::backend::cpu {
-namespace {
-
-bool SameName(const char* a, const char* b) {
-  for (; *a != '\0' && *b != '\0'; ++a, ++b) {
-    const auto lower = [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; };
-    if (lower(*a) != lower(*b)) return false;
-  }
-  return *a == *b;
-}
-
-}  // namespace
 
 // Reads MOEGRAD_MAX_SIMD once per process. A name of a target this build has (any case) disables every
 // better one in Highway's dispatch (hwy::DisableTargets, which also holds for other users of Highway in the
@@ -32,7 +23,7 @@ void LimitSimdTargets() {
     std::string names;
     for (int64_t targets = HWY_TARGETS; targets != 0; targets &= targets - 1) {
       const int64_t target = targets & -targets;
-      if (SameName(env, hwy::TargetName(target))) limit = target;
+      if (strcasecmp(env, hwy::TargetName(target)) == 0) limit = target;
       names += (names.empty() ? "" : ", ") + std::string(hwy::TargetName(target));
     }
     if (limit == 0) {
