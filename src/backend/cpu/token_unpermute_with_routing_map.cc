@@ -80,9 +80,14 @@ class TokenUnpermuteWithRoutingMapCpu final : public OpBackend<Problem> {
       float* weights = WorkspaceLayout::At<float>(workspace, at.weights);
       int64_t* experts = WorkspaceLayout::At<int64_t>(workspace, at.experts);
       if (q.padded_mode) {
-        for (int64_t i = 0; i < N; ++i) {
-          experts[i] = i / q.capacity;
-          weights[i] = WeightAt(q, index_at(i), experts[i]);
+        // Token by token through the inverse index (every slot names a token, checked above): each probs row
+        // is read front to back once, where slot order reads one element of a random row per slot.
+        for (int64_t t = 0; t < q.tokens; ++t) {
+          for (int64_t i = task.offsets[t]; i < task.offsets[t + 1]; ++i) {
+            const int64_t slot = task.slots[i];
+            experts[slot] = slot / q.capacity;
+            weights[slot] = WeightAt(q, t, experts[slot]);
+          }
         }
       } else {
         // Token t's k-th routed expert, ascending, is contribution t*K + k.

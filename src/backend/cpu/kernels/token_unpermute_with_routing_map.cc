@@ -128,8 +128,9 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
   }
 }
 
-// outIndex, permuteTokenId and permuteProbs at [begin, end): the contributions ordered by token (pad: the
-// inverse index, dropless: q itself), permuteProbs[q] = probs[tok(q)][expert(q)] bit for bit.
+// outIndex and permuteTokenId at [begin, end): the contributions ordered by token (pad: the inverse index,
+// dropless: q itself); permuteProbs[q] = probs[tok(q)][expert(q)] bit for bit, for the q listed there (pad:
+// the slots at those positions, dropless: [begin, end)).
 template <typename W>
 void WriteIndices(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int64_t end) {
   const bool probs = p.permute_probs.data != nullptr;
@@ -145,21 +146,23 @@ void WriteIndices(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int6
       }
       t = lo;
     }
+    // permuteProbs[slot] in token order too: token t's probs row front to back, not a random row per slot.
     for (int64_t i = begin; i < end; ++i) {
       while (p.offsets[t + 1] <= i) ++t;
-      p.out_index.At<int32_t>(i) = static_cast<int32_t>(p.slots[i]);
+      const int64_t slot = p.slots[i];
+      p.out_index.At<int32_t>(i) = static_cast<int32_t>(slot);
       p.permute_token_id.At<int32_t>(i) = static_cast<int32_t>(t);
+      if (probs) p.permute_probs.At<W>(slot) = p.probs.Row<const W>(t)[p.experts[slot] * p.probs.col_stride];
     }
-  } else {
-    for (int64_t i = begin; i < end; ++i) {
-      p.out_index.At<int32_t>(i) = p.sorted_indices.At<const int32_t>(i);
-      p.permute_token_id.At<int32_t>(i) = static_cast<int32_t>(i / p.topk);
-    }
+    return;
+  }
+  for (int64_t i = begin; i < end; ++i) {
+    p.out_index.At<int32_t>(i) = p.sorted_indices.At<const int32_t>(i);
+    p.permute_token_id.At<int32_t>(i) = static_cast<int32_t>(i / p.topk);
   }
   if (!probs) return;
   for (int64_t q = begin; q < end; ++q) {
-    const int64_t t = p.padded_mode ? int64_t{p.sorted_indices.At<const int32_t>(q)} : q / p.topk;
-    p.permute_probs.At<W>(q) = p.probs.Row<const W>(t)[p.experts[q] * p.probs.col_stride];
+    p.permute_probs.At<W>(q) = p.probs.Row<const W>(q / p.topk)[p.experts[q] * p.probs.col_stride];
   }
 }
 
