@@ -46,25 +46,34 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
   };
   const int64_t moved = (N + p.tokens) * std::max<int64_t>(1, copy_bytes);
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
-    // Permuted probs and (drop-and-pad) sortedIndices, in permuted-row order: this part's rows [q0, q1).
+    // Permuted probs and (drop-and-pad) sortedIndices: this part's rows [q0, q1) (drop-and-pad probs: the
+    // slots at inverse-index positions [q0, q1)). Drop-and-pad rows come in blocks of C experts; dropless
+    // experts own [starts[e], starts[e + 1]), some of them empty.
     int64_t q0, q1;
     internal::Balance211(N, parts, part, &q0, &q1);
-    // Expert of the first row: drop-and-pad rows come in blocks of C; dropless experts own
-    // [starts[e], starts[e + 1]), some of them empty.
-    int64_t e = 0;
-    if (!p.drop_and_pad && with_probs && q0 < q1) e = std::upper_bound(s.starts, s.starts + E + 1, q0) - s.starts - 1;
-    for (int64_t q = q0; q < q1; ++q) {
-      const int64_t t = s.src[q];
-      if (p.drop_and_pad) p.sorted_indices.At<int32_t>(q) = static_cast<int32_t>(t);
-      if (!with_probs) continue;
-      if (p.drop_and_pad) {
-        e = q / p.capacity;
-      } else {
-        while (q >= s.starts[e + 1]) ++e;
-      }
-      // Probs have their own width (their dtype is independent of the tokens'); one branch per element.
+    // Probs have their own width (their dtype is independent of the tokens'); one branch per element.
+    auto copy_prob = [&](int64_t q, int64_t t, int64_t e) {
       if (p.weight_element_bytes == 2) CopyProb<uint16_t>(p, q, t, e);
       else CopyProb<uint32_t>(p, q, t, e);
+    };
+    if (p.drop_and_pad) {
+      for (int64_t q = q0; q < q1; ++q) p.sorted_indices.At<int32_t>(q) = s.src[q];
+      // Probs token by token through the inverse index (C <= T: every slot holds a token), positions [q0, q1):
+      // each token's probs row front to back, where slot order reads one element of a random row per slot.
+      if (with_probs && q0 < q1) {
+        int64_t t = std::upper_bound(s.token_offsets, s.token_offsets + p.tokens + 1, q0) - s.token_offsets - 1;
+        for (int64_t i = q0; i < q1; ++i) {
+          while (s.token_offsets[t + 1] <= i) ++t;
+          const int64_t q = s.token_slots[i];
+          copy_prob(q, t, q / p.capacity);
+        }
+      }
+    } else if (with_probs && q0 < q1) {
+      int64_t e = std::upper_bound(s.starts, s.starts + E + 1, q0) - s.starts - 1;
+      for (int64_t q = q0; q < q1; ++q) {
+        while (q >= s.starts[e + 1]) ++e;
+        copy_prob(q, s.src[q], e);
+      }
     }
     // Permuted token rows in token order: each token row is read once and written to all its rows. Tokens
     // [t0, t1) of about equal rows moved (the token's own row plus those it is copied to); where one token is
