@@ -16,6 +16,7 @@ using moegrad::internal::Balance211;
 using moegrad::internal::BalanceByCost;
 using moegrad::internal::BalanceColumns;
 using moegrad::internal::BuildInverseIndex;
+using moegrad::internal::KeyOfPosition;
 using moegrad::internal::UnevenTokens;
 
 TEST(InverseIndex, ListsPositionsPerKeyAscendingAndReturnsTheLargestList) {
@@ -47,6 +48,21 @@ TEST(InverseIndex, OneKeyTakesEveryPosition) {
   std::vector<int64_t> offsets(2), list(kSlots);
   EXPECT_EQ(BuildInverseIndex(1, kSlots, [](int64_t) { return int64_t{0}; }, offsets.data(), list.data()), kSlots);
   for (int64_t i = 0; i < kSlots; ++i) ASSERT_EQ(list[i], i);
+}
+
+TEST(InverseIndex, KeyOfPositionSkipsEmptyKeys) {
+  // offsets of 6 keys, keys 1, 2 and 5 empty: positions 0-1 are key 0's, 2-4 key 3's, 5 key 4's.
+  const std::vector<int64_t> offsets = {0, 2, 2, 2, 5, 6, 6};
+  const std::vector<int64_t> expected = {0, 0, 3, 3, 3, 4};
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(KeyOfPosition(offsets.data(), 6, i), expected[i]) << "position " << i;
+  // Every position of every key of a larger index, against a walk from the first position.
+  std::vector<int64_t> big(1001);
+  for (int64_t k = 0; k < 1000; ++k) big[k + 1] = big[k] + (k * 7919) % 5;  // 0..4 positions per key
+  int64_t k = 0;
+  for (int64_t i = 0; i < big[1000]; ++i) {
+    while (big[k + 1] <= i) ++k;
+    ASSERT_EQ(KeyOfPosition(big.data(), 1000, i), k) << "position " << i;
+  }
 }
 
 TEST(Balance211, PartsDifferByAtMostOneAndCoverTheRange) {

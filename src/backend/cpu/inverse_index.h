@@ -31,4 +31,17 @@ int64_t BuildInverseIndex(int64_t keys, int64_t n, const KeyAt& key_at, int64_t*
   return largest;
 }
 
+// The key whose list holds position i of a list that BuildInverseIndex wrote (i in [0, offsets[keys])): the
+// last k with offsets[k] <= i, which skips the empty keys before it. A walk over positions i, i + 1, ...
+// finds the next keys with `while (offsets[k + 1] <= i) ++k;`.
+inline int64_t KeyOfPosition(const int64_t* offsets, int64_t keys, int64_t i) {
+  int64_t lo = 0, hi = keys;  // the first k with offsets[k + 1] > i
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (offsets[mid + 1] > i) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
 }  // namespace moegrad::internal

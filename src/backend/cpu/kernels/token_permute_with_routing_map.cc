@@ -61,7 +61,7 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
       // Probs token by token through the inverse index (C <= T: every slot holds a token), positions [q0, q1):
       // each token's probs row front to back, where slot order reads one element of a random row per slot.
       if (with_probs && q0 < q1) {
-        int64_t t = std::upper_bound(s.token_offsets, s.token_offsets + p.tokens + 1, q0) - s.token_offsets - 1;
+        int64_t t = internal::KeyOfPosition(s.token_offsets, p.tokens, q0);
         for (int64_t i = q0; i < q1; ++i) {
           while (s.token_offsets[t + 1] <= i) ++t;
           const int64_t q = s.token_slots[i];

@@ -5,6 +5,7 @@
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "src/backend/cpu/inverse_index.h"
 #include "src/backend/cpu/parallel.h"
 #include "src/backend/cpu/kernels/row_ops-inl.h"
 #include "src/backend/cpu/kernels/row_ops_gather_sum-inl.h"
@@ -135,17 +136,8 @@ template <typename W>
 void WriteIndices(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int64_t end) {
   const bool probs = p.permute_probs.data != nullptr;
   if (p.padded_mode) {
-    // The token of position i: the last t with offsets[t] <= i, walked forward from a binary search.
-    int64_t t = 0;
-    if (begin < end) {
-      int64_t lo = 0, hi = p.tokens;  // the first t with offsets[t + 1] > begin
-      while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (p.offsets[mid + 1] > begin) hi = mid;
-        else lo = mid + 1;
-      }
-      t = lo;
-    }
+    // The token of position i, walked forward from a binary search.
+    int64_t t = begin < end ? internal::KeyOfPosition(p.offsets, p.tokens, begin) : 0;
     // permuteProbs[slot] in token order too: token t's probs row front to back, not a random row per slot.
     for (int64_t i = begin; i < end; ++i) {
       while (p.offsets[t + 1] <= i) ++t;
