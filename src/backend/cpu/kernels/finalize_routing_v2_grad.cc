@@ -15,6 +15,10 @@
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
 
+// With at most this many pairs per bias row on average, the token walk prefetches the bias rows
+// (FinalizeRoutingV2GradPairsUnit).
+constexpr int64_t kBiasPrefetchMaxUses = 2;
+
 template <typename T>
 void FinalizeRoutingV2GradTyped(const FinalizeRoutingV2GradTask& p) {
   const int64_t H = p.hidden;
@@ -87,6 +91,10 @@ void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t 
   UnderflowWatch watch(WatchesUnderflow<T>());
   const bool fma_from_start =
       has_scales && has_bias && FmaFromTheStart<T>(p.bias_rows * H * static_cast<int64_t>(sizeof(T)));
+  // Bias rows are prefetched as the expandedX rows where a call adds each row about once (at most two pairs
+  // per bias row on average: decode sizes), so the rows come from memory; where rows are added many times
+  // they come from L3 and a prefetch only takes load slots (docs/performance.md, "Tried, and not kept").
+  const bool prefetch_bias = has_scales && has_bias && p.tokens * K <= kBiasPrefetchMaxUses * p.bias_rows;
   int cur = 0;
   if (i_begin < i_end) look_up(i_begin, groups[cur]);
   for (int64_t i0 = i_begin; i0 < i_end; i0 = group_end(i0), cur ^= 1) {
@@ -104,6 +112,8 @@ void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t 
     const bool fma = fma_from_start || watch.seen();
     for (int64_t m = 0; m < count; ++m) {
       pairs[m].x_next = m < next_count ? next[m].x : nullptr;
+      pairs[m].prefetch_b = prefetch_bias && pairs[m].b != nullptr;
+      pairs[m].b_next = prefetch_bias && m < next_count ? next[m].b : nullptr;
       if (pairs[m].out != nullptr && !StreamAligned(pairs[m].out)) aligned = false;
     }
     if (has_scales) ScaleDotTokenAny<T, true>(stream && aligned, fma, g, g_next, pairs, count, end, H, part);

@@ -179,6 +179,9 @@ struct TokenPairRows {
   const T* x = nullptr;
   const T* b = nullptr;
   const T* x_next = nullptr;
+  // With prefetch_b, b is prefetched as x is, and b_next (the row the same slot adds in the next token).
+  const T* b_next = nullptr;
+  bool prefetch_b = false;
   float s = 1.0f;
 };
 
@@ -253,6 +256,7 @@ HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const 
       PrefetchAhead(g, g_next, o, n);
       for (int64_t m = 0; m < count; ++m) {
         if (pairs[m].x != nullptr) PrefetchAhead(pairs[m].x, pairs[m].x_next, o, n);
+        if (pairs[m].prefetch_b) PrefetchAhead(pairs[m].b, pairs[m].b_next, o, n);
       }
     }
     VF gv[TokenStepVecs<T>()];
