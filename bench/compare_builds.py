@@ -9,6 +9,8 @@ times, is what makes a difference of a few points visible on a shared machine wh
     /usr/bin/python3 bench/compare_builds.py build-old build-perf --runs 4 -- \\
         --preset deepseek-v3 --tokens 1024 --dtype all --op finalize-routing-v2-grad
 
+With `--sweep tokens=N,...` among the bench options, each row is compared at each token count.
+
 DIR_A and DIR_B are folders holding libmoegrad.so.0 (two build trees, or copies of their libraries). The
 options after `--` go to `moegrad bench` unchanged. One tool runs both libraries unless `--own-tools` is given:
 then each build runs its own DIR/tools/moegrad, for two builds whose public structs differ (an ABI change).
@@ -93,13 +95,17 @@ def main(argv):
             for build, folder in builds:
                 tool = os.path.join(folder, "tools", "moegrad") if args.own_tools else args.moegrad
                 doc = run_once(tool, folder, args.bench_args, json_path)
-                for row in doc["rows"]:
-                    name = f"{doc['preset']} {row['op']} {row['mode']} {row['dtype']}"
-                    if name not in order:
-                        order.append(name)
-                    pct.setdefault((name, build), []).append(row["pct_copy"])
-                    if not row["verified"]:
-                        failed.append(f"{name}: not verified against the reference (build {build}, run {run + 1})")
+                # With --sweep the document holds one run per token count, and each row is named by its count.
+                sweep = "sweep" in doc
+                for part in doc["sweep"] if sweep else [doc]:
+                    for row in part["rows"]:
+                        tokens = f" T={part['tokens']}" if sweep else ""
+                        name = f"{part['preset']}{tokens} {row['op']} {row['mode']} {row['dtype']}"
+                        if name not in order:
+                            order.append(name)
+                        pct.setdefault((name, build), []).append(row["pct_copy"])
+                        if not row["verified"]:
+                            failed.append(f"{name}: not verified against the reference (build {build}, run {run + 1})")
                 print(f"compare_builds: run {run + 1}/{args.runs} of build {build} done", file=sys.stderr)
 
     if not order:
