@@ -249,14 +249,21 @@ def check_sweep(tool, json_path, svg_path):
         texts = [t.text for t in root.iter(ns + "text")]
         if root.tag != ns + "svg":
             problems.append("%s: SVG root %r" % (name, root.tag))
-        # a line per row and one for the copy rate, each through both sizes
-        if len(lines) != 3 or any(len(l.get("points").split()) != 2 for l in lines):
+        # two panels (GB/s, % of the paired copy): in each a line per row and one reference line (the
+        # copy rate, 100%), each through both sizes
+        if len(lines) != 6 or any(len(l.get("points").split()) != 2 for l in lines):
             problems.append("%s: SVG polylines %r" % (name, [l.get("points") for l in lines]))
         for label in rows + ["1", "16"]:
             if label not in texts:
                 problems.append("%s: SVG has no text %r (%r)" % (name, label, texts))
         if not any(t and t.startswith("copy rate") for t in texts):
             problems.append("%s: SVG has no copy-rate legend (%r)" % (name, texts))
+        if not any(t and t.startswith("% of the paired copy") for t in texts):
+            problems.append("%s: SVG has no %%-of-copy panel (%r)" % (name, texts))
+        # the lower panel's 100% line: one y for both sizes
+        hundred = [l for l in lines[3:] if l.get("stroke") == "black"]
+        if len(hundred) != 1 or len({p.split(",")[1] for p in hundred[0].get("points").split()}) != 1:
+            problems.append("%s: SVG has no flat 100%% line in the lower panel (%r)" % (name, hundred))
     except (OSError, ET.ParseError) as e:
         problems.append("%s: SVG: %s" % (name, e))
     for path in (json_path, svg_path):

@@ -25,7 +25,7 @@ void PrintBenchTable(const BenchReport& r, FILE* out) {
   std::fprintf(out, "moegrad %s bench: %s, %s (drop-pad C=%lld), %s values, %d threads, %s\n", Version(),
                r.preset.c_str(), ShapeString(s.tokens, s.hidden, s.experts, s.topk, 0).c_str(),
                static_cast<long long>(s.capacity), r.values.c_str(), r.threads, SimdTarget());
-  std::fprintf(out, "copy bandwidth (memcpy, read + write): %.1f GB/s\n\n", r.copy_bytes_per_second * 1e-9);
+  std::fprintf(out, "copy bandwidth (256 MiB copy, streaming stores, read + write): %.1f GB/s\n\n", r.copy_bytes_per_second * 1e-9);
   size_t w_op = 8, w_mode = 4, w_dtype = 5, w_shape = 5;
   for (const BenchResult& b : r.rows) {
     w_op = std::max(w_op, b.op.size());
@@ -198,7 +198,7 @@ void PrintSweepTable(const std::vector<BenchReport>& reports, FILE* out) {
   std::fprintf(out, "moegrad %s bench sweep: %s, H=%lld E=%lld K=%lld, tokens %s, %s values, %d threads, %s\n",
                Version(), first.preset.c_str(), static_cast<long long>(s.hidden), static_cast<long long>(s.experts),
                static_cast<long long>(s.topk), sizes.c_str(), first.values.c_str(), first.threads, SimdTarget());
-  std::fprintf(out, "copy bandwidth (memcpy, read + write): %.1f GB/s\n", first.copy_bytes_per_second * 1e-9);
+  std::fprintf(out, "copy bandwidth (256 MiB copy, streaming stores, read + write): %.1f GB/s\n", first.copy_bytes_per_second * 1e-9);
   for (size_t i = 0; i < first.rows.size(); ++i) {
     std::fprintf(out, "\n%s\n", RowTitle(first.rows[i]).c_str());
     std::fprintf(out, "  %8s  %6s  %11s  %8s  %7s  %11s  %11s  %11s  %11s  %11s  %11s  %s\n", "tokens", "C", "median",
@@ -234,28 +234,25 @@ void PrintSweepTable(const std::vector<BenchReport>& reports, FILE* out) {
 
 bool WriteSweepSvg(const std::vector<BenchReport>& reports, FILE* f) {
   constexpr double kWidth = 1060;
-  constexpr double kLeft = 70, kTop = 40, kPlotW = 520, kPlotH = 440;
+  constexpr double kLeft = 70, kTop = 40, kPlotW = 520, kPlotH = 380, kGap = 70;
   static const char* const kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                                         "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
   constexpr int kDashes = 3;  // line styles, cycled after the colours
   static const char* const kDash[kDashes] = {"", " stroke-dasharray=\"6 3\"", " stroke-dasharray=\"2 2\""};
+  static const char* const kReferenceDash = " stroke-dasharray=\"8 4\"";
   if (reports.empty()) return false;
   const BenchReport& first = reports.front();
-  // Tall enough for the legend: a line per row and one for the copy rate.
-  const double height = std::max(560.0, kTop + 18.0 * static_cast<double>(first.rows.size() + 1) + 20);
-  double lo = static_cast<double>(reports.front().shape.tokens), hi = lo, top = 0.0;
+  // Two panels over the same token axis, GB/s above and % of the paired copy below; tall enough for the
+  // legend too (a line per row and one per reference line).
+  const double height =
+      std::max(kTop + 2 * kPlotH + kGap + 50, kTop + 18.0 * static_cast<double>(first.rows.size() + 2) + 20);
+  double lo = static_cast<double>(reports.front().shape.tokens), hi = lo;
   for (const BenchReport& r : reports) {
     lo = std::min(lo, static_cast<double>(r.shape.tokens));
     hi = std::max(hi, static_cast<double>(r.shape.tokens));
-    top = std::max(top, ReportCopyGbps(r));
-    for (const BenchResult& b : r.rows) top = std::max(top, Gbps(b));
   }
   const double llo = std::log10(lo), lhi = hi > lo ? std::log10(hi) : llo + 1.0;
-  if (top <= 0) top = 1.0;
-  const double step = NiceStep(top * 1.05, 6);
-  const double ymax = std::ceil(top * 1.05 / step) * step;
   auto px = [&](double tokens) { return kLeft + (std::log10(tokens) - llo) / (lhi - llo) * kPlotW; };
-  auto py = [&](double gbps) { return kTop + kPlotH - gbps / ymax * kPlotH; };
 
   std::fprintf(f,
                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -269,27 +266,71 @@ bool WriteSweepSvg(const std::vector<BenchReport>& reports, FILE* f) {
                                    static_cast<long long>(s.experts), static_cast<long long>(s.topk),
                                    first.values.c_str(), first.threads, SimdTarget());
   std::fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"14\">%s</text>\n", kLeft, XmlText(title).c_str());
-  // Axes, grid and tick labels.
-  for (double y = 0; y <= ymax + step / 2; y += step) {
+
+  // One panel: grid, tick labels, a polyline per row (by index: every report holds the same rows) of
+  // value(row), and the reference line reference(report) dashed in black.
+  auto panel = [&](double top_y, const char* y_label, auto value, auto reference) {
+    double top = 0.0;
+    for (const BenchReport& r : reports) {
+      top = std::max(top, reference(r));
+      for (const BenchResult& b : r.rows) {
+        if (b.seconds > 0) top = std::max(top, value(b));
+      }
+    }
+    if (top <= 0) top = 1.0;
+    const double step = NiceStep(top * 1.05, 6);
+    const double ymax = std::ceil(top * 1.05 / step) * step;
+    auto py = [&](double v) { return top_y + kPlotH - v / ymax * kPlotH; };
+    for (double y = 0; y <= ymax + step / 2; y += step) {
+      std::fprintf(f,
+                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
+                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                   kLeft, py(y), kLeft + kPlotW, py(y), kLeft - 6, py(y) + 4, y);
+    }
+    for (const BenchReport& r : reports) {
+      const double x = px(static_cast<double>(r.shape.tokens));
+      std::fprintf(f,
+                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
+                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%lld</text>\n",
+                   x, top_y, x, top_y + kPlotH, x, top_y + kPlotH + 16, static_cast<long long>(r.shape.tokens));
+    }
     std::fprintf(f,
-                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
-                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
-                 kLeft, py(y), kLeft + kPlotW, py(y), kLeft - 6, py(y) + 4, y);
-  }
-  for (const BenchReport& r : reports) {
-    const double x = px(static_cast<double>(r.shape.tokens));
-    std::fprintf(f,
-                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
-                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%lld</text>\n",
-                 x, kTop, x, kTop + kPlotH, x, kTop + kPlotH + 16, static_cast<long long>(r.shape.tokens));
-  }
-  std::fprintf(f,
-               "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"black\"/>\n"
-               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">tokens T (log scale)</text>\n"
-               "<text transform=\"translate(18 %.1f) rotate(-90)\" text-anchor=\"middle\">GB/s (least bytes / median "
-               "time)</text>\n",
-               kLeft, kTop, kPlotW, kPlotH, kLeft + kPlotW / 2, kTop + kPlotH + 36, kTop + kPlotH / 2);
-  // One polyline per row (by index: every report holds the same rows), then the copy rate.
+                 "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"black\"/>\n"
+                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">tokens T (log scale)</text>\n"
+                 "<text transform=\"translate(18 %.1f) rotate(-90)\" text-anchor=\"middle\">%s</text>\n",
+                 kLeft, top_y, kPlotW, kPlotH, kLeft + kPlotW / 2, top_y + kPlotH + 34, top_y + kPlotH / 2,
+                 XmlText(y_label).c_str());
+    for (size_t i = 0; i < first.rows.size(); ++i) {
+      std::string points;
+      for (const BenchReport& r : reports) {
+        if (i >= r.rows.size() || r.rows[i].seconds <= 0) continue;
+        points += Format("%s%.1f,%.1f", points.empty() ? "" : " ", px(static_cast<double>(r.shape.tokens)),
+                         py(value(r.rows[i])));
+      }
+      if (!points.empty()) {
+        std::fprintf(f, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s/>\n",
+                     points.c_str(), kColors[i % std::size(kColors)], kDash[(i / std::size(kColors)) % kDashes]);
+      }
+    }
+    std::string reference_points;
+    for (const BenchReport& r : reports) {
+      const double c = reference(r);
+      if (c > 0) {
+        reference_points += Format("%s%.1f,%.1f", reference_points.empty() ? "" : " ",
+                                   px(static_cast<double>(r.shape.tokens)), py(c));
+      }
+    }
+    if (!reference_points.empty()) {
+      std::fprintf(f, "<polyline points=\"%s\" fill=\"none\" stroke=\"black\" stroke-width=\"2\"%s/>\n",
+                   reference_points.c_str(), kReferenceDash);
+    }
+  };
+  panel(kTop, "GB/s (least bytes / median time)", [](const BenchResult& b) { return Gbps(b); },
+        [](const BenchReport& r) { return ReportCopyGbps(r); });
+  panel(kTop + kPlotH + kGap, "% of the paired copy rate (median over calls)",
+        [](const BenchResult& b) { return b.pct_copy; }, [](const BenchReport&) { return 100.0; });
+
+  // The legend, beside the upper panel.
   double legend_y = kTop + 6;
   auto legend = [&](const std::string& label, const char* color, const char* dash, double width) {
     std::fprintf(f,
@@ -300,35 +341,11 @@ bool WriteSweepSvg(const std::vector<BenchReport>& reports, FILE* f) {
     legend_y += 18;
   };
   for (size_t i = 0; i < first.rows.size(); ++i) {
-    const char* color = kColors[i % std::size(kColors)];
-    const char* dash = kDash[(i / std::size(kColors)) % kDashes];
-    std::string points;
-    for (const BenchReport& r : reports) {
-      if (i >= r.rows.size() || r.rows[i].seconds <= 0) continue;
-      points += Format("%s%.1f,%.1f", points.empty() ? "" : " ", px(static_cast<double>(r.shape.tokens)),
-                       py(Gbps(r.rows[i])));
-    }
-    if (!points.empty()) {
-      std::fprintf(f, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s/>\n",
-                   points.c_str(), color, dash);
-    }
-    legend(RowTitle(first.rows[i]), color, dash, 1.5);
+    legend(RowTitle(first.rows[i]), kColors[i % std::size(kColors)], kDash[(i / std::size(kColors)) % kDashes],
+           1.5);
   }
-  std::string copy_points;
-  for (const BenchReport& r : reports) {
-    const double c = ReportCopyGbps(r);
-    if (c > 0) {
-      copy_points += Format("%s%.1f,%.1f", copy_points.empty() ? "" : " ", px(static_cast<double>(r.shape.tokens)),
-                            py(c));
-    }
-  }
-  if (!copy_points.empty()) {
-    std::fprintf(f,
-                 "<polyline points=\"%s\" fill=\"none\" stroke=\"black\" stroke-width=\"2\" "
-                 "stroke-dasharray=\"8 4\"/>\n",
-                 copy_points.c_str());
-  }
-  legend("copy rate (256 MiB memcpy paired with each call, median)", "black", " stroke-dasharray=\"8 4\"", 2.0);
+  legend("copy rate (256 MiB copy paired with each call, median)", "black", kReferenceDash, 2.0);
+  legend("lower panel: 100% of the paired copy rate", "black", kReferenceDash, 2.0);
   std::fprintf(f, "</svg>\n");
   return std::fflush(f) == 0 && !std::ferror(f);
 }
