@@ -29,7 +29,7 @@ int RunInfo(const InfoOptions& o) {
   std::printf("threads:        %d (%s)\n", NumThreads(), source.c_str());
   std::fflush(stdout);
   const double bw = CopyBandwidth(NumThreads());
-  std::printf("copy bandwidth: %.1f GB/s (memcpy of 256 MiB, bytes read + written, median)\n", bw * 1e-9);
+  std::printf("copy bandwidth: %.1f GB/s (copy of 256 MiB, streaming stores, bytes read + written, median)\n", bw * 1e-9);
   return 0;
 }
 

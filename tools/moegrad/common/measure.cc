@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "moegrad/plan.hpp"
+#include "tools/moegrad/common/stream_copy.h"
 
 namespace moegrad::tool {
 
@@ -76,8 +77,15 @@ void ForEachPart(size_t bytes, int threads, const Fn& fn) {
 }  // namespace
 
 void ParallelCopy(void* dst, const void* src, size_t bytes, int threads) {
+  const bool stream = bytes >= kStreamCopyMinBytes;
   ForEachPart(bytes, threads, [&](size_t begin, size_t end, size_t) {
-    std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin, end - begin);
+    char* d = static_cast<char*>(dst) + begin;
+    const char* s = static_cast<const char*>(src) + begin;
+    if (stream) {
+      StreamCopy(d, s, end - begin);
+    } else {
+      std::memcpy(d, s, end - begin);
+    }
   });
 }
 

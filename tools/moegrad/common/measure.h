@@ -38,11 +38,19 @@ double PairedWithCopy(const std::function<void()>& fn, double fn_bytes, void* ds
                       size_t copy_bytes, int threads, double* ratio, double* copy_bandwidth, int min_runs = 7,
                       int max_runs = 41, double budget_seconds = 1.0);
 
-// memcpy of `bytes` split into `threads` contiguous parts, one per thread (OpenMP); at most kMaxThreads
-// threads and one per 64 bytes, whatever `threads` is.
+// A copy of at least this many bytes streams its stores (StreamCopy): it moves 8 MiB and writes 1 MiB or more,
+// where the library's kernels stream theirs (kernel_types.h). Smaller copies are memcpy. memcpy would stream
+// a large copy too, but from a size the C library derives from the last-level cache the machine reports:
+// on a guest shown its whole host's 480 MiB L3, half of a 256 MiB copy per thread stays under that size and
+// memcpy reads every destination line before writing it, at about half the streaming copy's rate.
+constexpr size_t kStreamCopyMinBytes = size_t{4} << 20;
+
+// A copy of `bytes` split into `threads` contiguous parts, one per thread (OpenMP), each StreamCopy from
+// kStreamCopyMinBytes in all and memcpy below; at most kMaxThreads threads and one per 64 bytes, whatever
+// `threads` is.
 void ParallelCopy(void* dst, const void* src, size_t bytes, int threads);
 
-// Bytes read plus bytes written per second by a parallel memcpy of a `bytes`-sized buffer (far larger than
+// Bytes read plus bytes written per second by a ParallelCopy of a `bytes`-sized buffer (far larger than
 // the caches) over `threads` threads, each copying one contiguous part: the median of several runs.
 double CopyBandwidth(int threads, size_t bytes = size_t{256} << 20);
 

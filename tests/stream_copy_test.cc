@@ -1,0 +1,66 @@
+// The benchmarks' yardstick copy (tools/moegrad/common): StreamCopy and ParallelCopy copy exactly the bytes
+// asked for, whatever the alignment, size and thread count, and write nothing around them.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tools/moegrad/common/measure.h"
+#include "tools/moegrad/common/stream_copy.h"
+
+namespace moegrad::tool {
+namespace {
+
+constexpr size_t kGuard = 256;
+constexpr uint8_t kGuardByte = 0xA5;
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (uint8_t& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// Copies `bytes` from src+src_offset to dst+dst_offset of 64-byte aligned buffers with `copy`; checks the copy
+// against the source and the guard bytes on both sides of it.
+template <typename Copy>
+void CheckCopy(size_t bytes, size_t src_offset, size_t dst_offset, const Copy& copy) {
+  AlignedBuffer src(bytes + 2 * kGuard), dst(bytes + 2 * kGuard);
+  const std::vector<uint8_t> data = RandomBytes(bytes + 2 * kGuard, static_cast<uint32_t>(bytes * 131 + src_offset));
+  std::copy(data.begin(), data.end(), static_cast<uint8_t*>(src.data));
+  uint8_t* d = static_cast<uint8_t*>(dst.data);
+  std::fill(d, d + dst.size, kGuardByte);
+  copy(d + kGuard + dst_offset - kGuard / 2, static_cast<const uint8_t*>(src.data) + kGuard + src_offset - kGuard / 2,
+       bytes);
+  const size_t at = kGuard / 2 + dst_offset;
+  const size_t from = kGuard / 2 + src_offset;
+  for (size_t i = 0; i < dst.size; ++i) {
+    const uint8_t want = i >= at && i < at + bytes ? data[from + i - at] : kGuardByte;
+    ASSERT_EQ(d[i], want) << "byte " << i << " of a copy of " << bytes << " bytes at source offset " << src_offset
+                          << ", destination offset " << dst_offset;
+  }
+}
+
+TEST(StreamCopy, EverySizeAndAlignment) {
+  // Across the vector, the four-vector step and the four-page block, and both misalignments.
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{15}, size_t{63}, size_t{64}, size_t{65}, size_t{255},
+                       size_t{4096}, size_t{16383}, size_t{16384}, size_t{16385}, size_t{3 * 16384 + 4161}}) {
+    for (size_t src_offset : {0, 1, 32, 63}) {
+      for (size_t dst_offset : {0, 1, 17, 32, 64}) {
+        CheckCopy(bytes, src_offset, dst_offset, [](uint8_t* d, const uint8_t* s, size_t n) { StreamCopy(d, s, n); });
+      }
+    }
+  }
+}
+
+TEST(ParallelCopy, StreamedAndNotEveryThreadCount) {
+  // Under kStreamCopyMinBytes memcpy, from it StreamCopy; parts of odd sizes with every team size.
+  for (size_t bytes : {size_t{1000}, kStreamCopyMinBytes - 64, kStreamCopyMinBytes, kStreamCopyMinBytes + 4097}) {
+    for (int threads : {1, 2, 3}) {
+      CheckCopy(bytes, 3, 0, [&](uint8_t* d, const uint8_t* s, size_t n) { ParallelCopy(d, s, n, threads); });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moegrad::tool

@@ -1,0 +1,73 @@
+// The copy of the benchmarks' yardstick, one copy per SIMD target: vector loads and streaming
+// (non-temporal) stores, as the library's kernels write an output of a call far larger than the caches.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "tools/moegrad/common/stream_copy.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+// The first include of the per-target pass: its declarations once, the rest per target.
+#include "tools/moegrad/common/stream_copy.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+HWY_BEFORE_NAMESPACE();
+namespace moegrad::tool::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// memcpy up to the first destination address aligned to a vector, then aligned streaming stores of unaligned
+// loads, the tail by memcpy; the streamed stores are fenced before returning.
+void StreamCopyBytes(uint8_t* HWY_RESTRICT dst, const uint8_t* HWY_RESTRICT src, size_t bytes) {
+  const hn::ScalableTag<uint8_t> d;
+  const size_t n = hn::Lanes(d);
+  const size_t misaligned = reinterpret_cast<uintptr_t>(dst) & (n - 1);
+  size_t i = std::min(bytes, misaligned ? n - misaligned : 0);
+  std::memcpy(dst, src, i);
+  // Blocks of four pages copied in step, two vectors of each page in turn: four streams of loads in flight
+  // instead of one (the hardware prefetchers follow a stream within its page). On an Intel Xeon guest (AVX-512)
+  // this copies 256 MiB at 49 GB/s against 38 GB/s page after page; a prefetch 512 bytes ahead in each page
+  // adds nothing. The C library's memcpy streams a large copy the same way.
+  constexpr size_t kPage = 4096;
+  if (kPage % (2 * n) == 0) {
+    for (; i + 4 * kPage <= bytes; i += 4 * kPage) {
+      for (size_t o = 0; o < kPage; o += 2 * n) {
+        for (size_t p = 0; p < 4; ++p) {
+          const size_t at = i + p * kPage + o;
+          const auto v0 = hn::LoadU(d, src + at);
+          const auto v1 = hn::LoadU(d, src + at + n);
+          hn::Stream(v0, d, dst + at);
+          hn::Stream(v1, d, dst + at + n);
+        }
+      }
+    }
+  }
+  for (; i + 4 * n <= bytes; i += 4 * n) {
+    const auto v0 = hn::LoadU(d, src + i);
+    const auto v1 = hn::LoadU(d, src + i + n);
+    const auto v2 = hn::LoadU(d, src + i + 2 * n);
+    const auto v3 = hn::LoadU(d, src + i + 3 * n);
+    hn::Stream(v0, d, dst + i);
+    hn::Stream(v1, d, dst + i + n);
+    hn::Stream(v2, d, dst + i + 2 * n);
+    hn::Stream(v3, d, dst + i + 3 * n);
+  }
+  for (; i + n <= bytes; i += n) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
+  std::memcpy(dst + i, src + i, bytes - i);
+  hwy::FlushStream();
+}
+
+}  // namespace moegrad::tool::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace moegrad::tool {
+
+HWY_EXPORT(StreamCopyBytes);
+
+void StreamCopy(void* dst, const void* src, size_t bytes) {
+  HWY_DYNAMIC_DISPATCH(StreamCopyBytes)(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes);
+}
+
+}  // namespace moegrad::tool
+#endif  // HWY_ONCE
