@@ -1,8 +1,8 @@
 // Google Benchmark suite: each operator/mode/dtype of the shared benchmark rows on each model preset at
 // decode-like token counts (1, 16, 128) and the preset's default count, timed as `moegrad bench` times it
 // (plan + run with a preallocated workspace), with bytes_per_second from the minimum bytes the operator
-// must move. BM_Copy is the yardstick: a parallel copy (ParallelCopy: streaming stores from 4 MiB; bytes read + written)
-// with the same threads.
+// must move. BM_Copy is the yardstick: a parallel copy (ParallelCopy, streaming stores from 4 MiB; bytes read
+// + written) with the same threads.
 //
 //   moegrad_bench --benchmark_filter='finalize-routing-v2-grad/.*/bf16/deepseek-v3'
 //

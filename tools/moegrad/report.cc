@@ -25,7 +25,8 @@ void PrintBenchTable(const BenchReport& r, FILE* out) {
   std::fprintf(out, "moegrad %s bench: %s, %s (drop-pad C=%lld), %s values, %d threads, %s\n", Version(),
                r.preset.c_str(), ShapeString(s.tokens, s.hidden, s.experts, s.topk, 0).c_str(),
                static_cast<long long>(s.capacity), r.values.c_str(), r.threads, SimdTarget());
-  std::fprintf(out, "copy bandwidth (256 MiB copy, streaming stores, read + write): %.1f GB/s\n\n", r.copy_bytes_per_second * 1e-9);
+  std::fprintf(out, "copy bandwidth (256 MiB copy, streaming stores, read + write): %.1f GB/s\n\n",
+               r.copy_bytes_per_second * 1e-9);
   size_t w_op = 8, w_mode = 4, w_dtype = 5, w_shape = 5;
   for (const BenchResult& b : r.rows) {
     w_op = std::max(w_op, b.op.size());
@@ -198,7 +199,8 @@ void PrintSweepTable(const std::vector<BenchReport>& reports, FILE* out) {
   std::fprintf(out, "moegrad %s bench sweep: %s, H=%lld E=%lld K=%lld, tokens %s, %s values, %d threads, %s\n",
                Version(), first.preset.c_str(), static_cast<long long>(s.hidden), static_cast<long long>(s.experts),
                static_cast<long long>(s.topk), sizes.c_str(), first.values.c_str(), first.threads, SimdTarget());
-  std::fprintf(out, "copy bandwidth (256 MiB copy, streaming stores, read + write): %.1f GB/s\n", first.copy_bytes_per_second * 1e-9);
+  std::fprintf(out, "copy bandwidth (256 MiB copy, streaming stores, read + write): %.1f GB/s\n",
+               first.copy_bytes_per_second * 1e-9);
   for (size_t i = 0; i < first.rows.size(); ++i) {
     std::fprintf(out, "\n%s\n", RowTitle(first.rows[i]).c_str());
     std::fprintf(out, "  %8s  %6s  %11s  %8s  %7s  %11s  %11s  %11s  %11s  %11s  %11s  %s\n", "tokens", "C", "median",

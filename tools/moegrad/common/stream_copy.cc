@@ -5,7 +5,6 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
-// The first include of the per-target pass: its declarations once, the rest per target.
 #include "tools/moegrad/common/stream_copy.h"
 
 #include <algorithm>
