@@ -10,7 +10,7 @@
 // the same name without it): a kernel whose speed depended on the values would show there.
 //
 // The cold/... rows take a cold one-token bf16 call apart (RunCold): each iteration evicts the caches with a
-// 256 MiB copy, then times the call (/call), the call after a small call of the same row (/call:code-warm: the
+// copy of twice the last-level cache, then times the call (/call), the call after a small call of the same row (/call:code-warm: the
 // library's code and state warm, the call's data cold), or a copy of the call's bytes (/copy); plan_us is phase
 // one of the timed call.
 //
@@ -124,8 +124,8 @@ void BM_Copy(benchmark::State& state) {
   state.counters["threads"] = threads;
 }
 
-// What a cold call spends its time on. Each iteration first evicts the caches with a 256 MiB parallel copy
-// (not timed), as `moegrad bench` does before every timed call, then times one of:
+// What a cold call spends its time on. Each iteration first evicts the caches with a parallel copy of twice the
+// last-level cache, at least 256 MiB (EvictionCopy; not timed), as `moegrad bench` does before every timed call, then times one of:
 //   kCall          the call (both phases), everything it touches cold: its rows, its index data, and the
 //                  library's own code and state;
 //   kCallCodeWarm  the call, after a call of the same row on its 1-token, H = 16 problem (other tensors, no
@@ -164,7 +164,7 @@ void RunCold(benchmark::State& state, const std::string& name, const BenchRow& r
   const int threads = NumThreads();
   double plan_seconds = 0.0;
   for (auto _ : state) {
-    ParallelCopy(evict.dst.data, evict.src.data, EvictionCopy::kBytes, threads);
+    ParallelCopy(evict.dst.data, evict.src.data, evict.bytes, threads);
     Status s;
     if (timed == ColdTimed::kCallCodeWarm) s = PlanAndRun(*small, small_workspace.data, small_workspace.size);
     const auto t0 = Clock::now();

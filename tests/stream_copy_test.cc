@@ -1,6 +1,9 @@
 // The benchmarks' yardstick copy (tools/moegrad/common): StreamCopy and ParallelCopy copy exactly the bytes
-// asked for, whatever the alignment, size and thread count, and write nothing around them.
+// asked for, whatever the alignment, size and thread count, and write nothing around them; the eviction copy is
+// twice the last-level cache, within its bounds.
 #include <cstdint>
+#include <fstream>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -60,6 +63,39 @@ TEST(ParallelCopy, StreamedAndNotEveryThreadCount) {
       CheckCopy(bytes, 3, 0, [&](uint8_t* d, const uint8_t* s, size_t n) { ParallelCopy(d, s, n, threads); });
     }
   }
+}
+
+TEST(EvictionBytes, TwiceTheCacheInWholeMiBWithinBounds) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  EXPECT_EQ(EvictionBytes(0), kMinEvictionBytes);  // no cache reported
+  EXPECT_EQ(EvictionBytes(32 * kMiB), kMinEvictionBytes);
+  EXPECT_EQ(EvictionBytes(128 * kMiB), 256 * kMiB);
+  EXPECT_EQ(EvictionBytes(128 * kMiB + 1), 257 * kMiB);  // rounded up to whole MiB
+  EXPECT_EQ(EvictionBytes(480 * kMiB), 960 * kMiB);
+  EXPECT_EQ(EvictionBytes(2048 * kMiB), kMaxEvictionBytes);
+  EXPECT_EQ(EvictionBytes(3 * kMaxEvictionBytes), kMaxEvictionBytes);
+  EXPECT_EQ(EvictionBytes(UINT64_MAX), kMaxEvictionBytes);  // no overflow
+}
+
+// Where Linux lists cpu0's caches, the last level is at least each data or unified cache listed.
+TEST(LastLevelCacheBytes, AtLeastEveryDataCacheOfCpu0) {
+  const uint64_t llc = LastLevelCacheBytes();
+  int listed = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream type_file(dir + "type"), size_file(dir + "size");
+    std::string type, size;
+    if (!(type_file >> type) || !(size_file >> size)) break;
+    if (type == "Instruction") continue;
+    ++listed;
+    ASSERT_FALSE(size.empty());
+    uint64_t bytes = std::stoull(size);
+    if (size.back() == 'K') bytes <<= 10;
+    if (size.back() == 'M') bytes <<= 20;
+    EXPECT_GE(llc, bytes) << dir;
+  }
+  if (listed == 0) GTEST_SKIP() << "no caches listed under /sys/devices/system/cpu/cpu0/cache";
+  EXPECT_GT(llc, 0u);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ TOKENS_RULE = "--tokens must be an integer in 1..9223372036854775807, not "
 SECONDS_RULE = "--seconds must be a number in 0..1000000, not "
 SEED_RULE = "--seed must be an integer in 0..18446744073709551615, not "
 VALUES_RULE = "--values must be tiny, normal or mixed, not "
+EVICT_RULE = "--evict-mib must be an integer in 1..65536, not "
 SWEEP_RULE = "--sweep must be tokens=N,N,... (1 to 32 different integers in 1..9223372036854775807), not "
 PLOT_RULE = "--plot must be a file name ending in .svg, not "
 FAST_S = 5.0  # a refused command line runs nothing: far less than any benchmark or self-test
@@ -145,6 +146,15 @@ BAD = [
     (["--tokens", "8", "--plot", "{svg}"], {}, 2, "moegrad: --plot needs --sweep"),
     (["bench", "--plot"], {}, 2, "--plot needs a value"),
     (["info", "--plot", "{svg}"], {}, 2, "info does not take --plot"),
+    # --evict-mib: the paired copy's buffers, 1..65536 MiB, and only what the memory holds
+    (["bench", "--evict-mib", "0", "--json", "{json}"], {}, 2, EVICT_RULE + "'0'"),
+    (["bench", "--evict-mib", "65537", "--json", "{json}"], {}, 2, EVICT_RULE + "'65537'"),
+    (["bench", "--evict-mib", "-8", "--json", "{json}"], {}, 2, EVICT_RULE + "'-8'"),
+    (["bench", "--evict-mib", "1.5", "--json", "{json}"], {}, 2, EVICT_RULE + "'1.5'"),
+    (["bench", "--evict-mib"], {}, 2, "--evict-mib needs a value"),
+    (["info", "--evict-mib", "64"], {}, 2, "info does not take --evict-mib"),
+    (["check", "--evict-mib", "64"], {}, 2, "check does not take --evict-mib"),
+    (["bench", "--evict-mib", "65536", "--json", "{json}"], {}, 2, "moegrad: --evict-mib 65536 needs 128.1 GiB, have "),
     (["--sweep", "tokens=1", "--plot", "/nonexistent-dir/x.svg"], {}, 2,
      "moegrad: --plot /nonexistent-dir/x.svg: No such file or directory"),
     (["--sweep", "tokens=1", "--values", "tiny", "--preset", "nope", "--plot", "{svg}"], {}, 2,
@@ -183,6 +193,11 @@ GOOD = [
       "--values", "tiny", "--json", "{json}"], {}, 0, None, ", tiny values, "),
     (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "f16", "--op", "token-unpermute-with-routing-map",
       "--values", "MIXED"], {}, 0, None, ", mixed values, "),
+    # the paired copy as asked, named in the table's header; by default twice the last-level cache, which info shows
+    (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "f32", "--op", "permute", "--evict-mib", "16",
+      "--json", "{json}"], {}, 0, None, "copy bandwidth (16 MiB copy, streaming stores"),
+    (["info"], {}, 0, None, " MiB last level, as reported (bench copies "),
+    (["--help"], {}, 0, "", "--evict-mib N         MiB in each buffer of the copy made before every timed call, 1..65536"),
     (["--help"], {}, 0, "", "--threads N             worker threads, 1..4096"),
     (["--help"], {}, 0, "", "--values tiny|normal|mixed"),
     (["--version"], {}, 0, "", "moegrad "),

@@ -65,15 +65,15 @@ uint64_t AvailableMemory() {
 // N = T*K + E pairs or drop-and-pad slots), the plain copy of its minimum bytes (at most T + 2N rows), the bias
 // (E rows), the reference's fp32 accumulators (N rows), routing maps, probabilities and their gradients'
 // accumulators (40 bytes per map entry), indices, workspace and routing temporaries (64 bytes per pair), the
-// two 256 MiB buffers of the paired copy and 64 MiB for the program itself. The routing weights (probabilities,
+// two buffers of `eviction` bytes of the paired copy and 64 MiB for the program itself. The routing weights (probabilities,
 // scales and their gradients) are in the per-entry and per-pair terms at 4 bytes, whatever the tokens' dtype.
 // False when that passes 2^64 (the factors are at most 2^63 and a preset's H, E and K, so 128 bits hold every
 // product).
-bool BenchBytes(const Shape& s, uint64_t elem, uint64_t* bytes) {
+bool BenchBytes(const Shape& s, uint64_t elem, uint64_t eviction, uint64_t* bytes) {
   using U = unsigned __int128;
   const U T = static_cast<U>(s.tokens), H = static_cast<U>(s.hidden), E = static_cast<U>(s.experts);
   const U N = T * static_cast<U>(s.topk) + E;
-  const U total = H * (elem * (2 * T + 5 * N + E) + 4 * N) + T * E * 40 + N * 64 + (U{576} << 20);
+  const U total = H * (elem * (2 * T + 5 * N + E) + 4 * N) + T * E * 40 + N * 64 + 2 * U{eviction} + (U{64} << 20);
   if (total > UINT64_MAX) return false;
   *bytes = static_cast<uint64_t>(total);
   return true;
@@ -108,7 +108,7 @@ bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precis
   };
   r->seconds = PairedWithCopy(
       call,
-      static_cast<double>(r->bytes), copy.dst.data, copy.src.data, EvictionCopy::kBytes, NumThreads(), &ratio,
+      static_cast<double>(r->bytes), copy.dst.data, copy.src.data, copy.bytes, NumThreads(), &ratio,
       &r->paired_copy_bytes_per_second);
   r->pct_copy = 100.0 * ratio;
   if (!status.ok()) {
@@ -128,7 +128,7 @@ bool MeasureRow(const BenchRow& row, const Shape& shape, const Precision& precis
     double ratio_unused = 0.0, bandwidth_unused = 0.0;
     r->cold_copy_seconds =
         PairedWithCopy([&] { ParallelCopy(dst.data, src.data, half, NumThreads()); }, 2.0 * static_cast<double>(half),
-                       copy.dst.data, copy.src.data, EvictionCopy::kBytes, NumThreads(), &ratio_unused, &bandwidth_unused);
+                       copy.dst.data, copy.src.data, copy.bytes, NumThreads(), &ratio_unused, &bandwidth_unused);
     r->warm_seconds = MedianSeconds(call, 2, 5, 1000, 0.2);
     if (!status.ok()) {
       *error = status.message();
@@ -191,18 +191,34 @@ int RunBench(const BenchOptions& o) {
   uint64_t elem = 2;
   for (const Precision& p : precisions) elem = std::max<uint64_t>(elem, ElementSize(p.tokens));
   const uint64_t have = AvailableMemory();
+  // The paired copy's buffers: twice the last-level cache by default, so that no call finds its data there, but
+  // no more than an eighth of the available memory each (a machine with a cache that large and little memory
+  // gets a copy that evicts less rather than no benchmark); --evict-mib as asked, when it fits.
+  constexpr uint64_t kProgramBytes = uint64_t{64} << 20;
+  uint64_t eviction = std::min(EvictionBytes(LastLevelCacheBytes()),
+                               std::max(kMinEvictionBytes, have / 8 >> 20 << 20));
+  if (o.evict_mib > 0) {
+    eviction = static_cast<uint64_t>(o.evict_mib) << 20;
+    if (2 * eviction + kProgramBytes > have) {
+      std::fprintf(stderr, "moegrad: --evict-mib %lld needs %.1f GiB, have %.1f GiB\n",
+                   static_cast<long long>(o.evict_mib), static_cast<double>(2 * eviction + kProgramBytes) / (1 << 30),
+                   static_cast<double>(have) / (1 << 30));
+      return 2;
+    }
+  }
   std::vector<BenchReport> reports(sizes.size());
   for (size_t k = 0; k < sizes.size(); ++k) {
     BenchReport& report = reports[k];
     report.preset = preset->name;
     report.values = InputValuesName(values);
+    report.eviction_bytes = eviction;
     Shape& shape = report.shape;
     shape.tokens = sizes[k];
     shape.hidden = preset->hidden;
     shape.experts = preset->experts;
     shape.topk = preset->topk;
     uint64_t need = 0;
-    const bool representable = BenchBytes(shape, elem, &need);
+    const bool representable = BenchBytes(shape, elem, eviction, &need);
     if (!representable || need > have) {
       const std::string needed =
           representable ? Format("%.1f", static_cast<double>(need) / (1 << 30)) : "more than 17179869184";
@@ -238,9 +254,9 @@ int RunBench(const BenchOptions& o) {
 
   const int threads = NumThreads();
   std::fprintf(stderr, "moegrad bench: measuring copy bandwidth with %d threads\n", threads);
-  const double copy_bytes_per_second = CopyBandwidth(threads);
+  const double copy_bytes_per_second = CopyBandwidth(threads, eviction);
 
-  const EvictionCopy copy;
+  const EvictionCopy copy(eviction);
   int index = 0;
   bool all_ok = true;
   for (BenchReport& report : reports) {

@@ -16,6 +16,7 @@ struct BenchOptions {
   std::string values = "normal";  // tiny, normal or mixed: the magnitudes of the float inputs
   std::vector<int64_t> sweep;     // --sweep tokens=...: one run per size (empty: one run at `tokens`)
   std::string plot;               // --plot FILE.svg: the sweep's GB/s against tokens (needs a sweep)
+  int64_t evict_mib = 0;          // --evict-mib: each buffer of the paired copy (0: twice the last-level cache)
 };
 int RunBench(const BenchOptions& options);
 

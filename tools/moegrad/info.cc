@@ -28,8 +28,14 @@ int RunInfo(const InfoOptions& o) {
   }
   std::printf("threads:        %d (%s)\n", NumThreads(), source.c_str());
   std::fflush(stdout);
-  const double bw = CopyBandwidth(NumThreads());
-  std::printf("copy bandwidth: %.1f GB/s (copy of 256 MiB, streaming stores, bytes read + written, median)\n", bw * 1e-9);
+  const uint64_t llc = LastLevelCacheBytes();
+  const uint64_t eviction = EvictionBytes(llc);
+  std::printf("cache:          %llu MiB last level, as reported (bench copies %llu MiB before each timed call)\n",
+              static_cast<unsigned long long>(llc >> 20), static_cast<unsigned long long>(eviction >> 20));
+  std::fflush(stdout);
+  const double bw = CopyBandwidth(NumThreads(), eviction);
+  std::printf("copy bandwidth: %.1f GB/s (copy of %llu MiB, streaming stores, bytes read + written, median)\n",
+              bw * 1e-9, static_cast<unsigned long long>(eviction >> 20));
   return 0;
 }
 

@@ -22,6 +22,7 @@ namespace moegrad::tool {
 namespace {
 
 constexpr int kMaxSweepSizes = 32;  // token counts of one --sweep
+constexpr int64_t kMaxEvictMib = 65536;  // --evict-mib: 64 GiB per buffer (the memory check refuses what does not fit)
 
 void PrintUsage(FILE* f) {
   std::fprintf(f,
@@ -63,6 +64,8 @@ void PrintUsage(FILE* f) {
                "                          a table per row of median, GB/s, %% of copy and per-call overhead by size\n"
                "    --plot FILE.svg       with --sweep: draw GB/s against tokens, one line per row and the copy\n"
                "                          rate as a dashed line (an SVG file, opened before the run)\n"
+               "    --evict-mib N         MiB in each buffer of the copy made before every timed call, 1..%lld\n"
+               "                          (default: twice the last-level cache, at least 256, at most 4096)\n"
                "          drop-and-pad rows use capacity C = ceil(T*K/E) (capacity factor 1.0)\n"
                "  check   randomized differential test of every operator, mode, dtype, optional input and\n"
                "          layout against the reference, including invalid-index cases; exit 0 only if all pass\n"
@@ -75,7 +78,7 @@ void PrintUsage(FILE* f) {
                "                          else every CPU)\n"
                "  --help                  this text\n"
                "  --version               the version\n",
-               kMaxSweepSizes, kMaxThreads);
+               kMaxSweepSizes, static_cast<long long>(kMaxEvictMib), kMaxThreads);
 }
 
 // The subcommands each option belongs to (as --help lists them).
@@ -87,7 +90,7 @@ struct OptionSpec {
 };
 constexpr OptionSpec kOptions[] = {
     {"--preset", kBench}, {"--tokens", kBench}, {"--dtype", kBench}, {"--json", kBench},
-    {"--values", kBench}, {"--sweep", kBench}, {"--plot", kBench},
+    {"--values", kBench}, {"--sweep", kBench}, {"--plot", kBench}, {"--evict-mib", kBench},
     {"--op", kBench | kCheck}, {"--seconds", kCheck}, {"--seed", kCheck}, {"--threads", kEvery},
 };
 
@@ -206,6 +209,8 @@ int Main(int argc, char** argv) {
       if (!ParseInt(v, 1, kMaxThreads, &threads)) rule = "an integer in 1.." + std::to_string(kMaxThreads);
     } else if (arg == "--tokens") {
       if (!ParseInt(v, 1, INT64_MAX, &bench.tokens)) rule = "an integer in 1.." + std::to_string(INT64_MAX);
+    } else if (arg == "--evict-mib") {
+      if (!ParseInt(v, 1, kMaxEvictMib, &bench.evict_mib)) rule = "an integer in 1.." + std::to_string(kMaxEvictMib);
     } else if (arg == "--seconds") {
       if (!ParseNumber(v, 0.0, kMaxSeconds, &check.seconds)) rule = "a number in 0..1000000";
     } else if (arg == "--seed") {

@@ -15,6 +15,9 @@ std::string FormatSeconds(double s) {
   return Format("%.3f s", s);
 }
 
+// "960 MiB", the size of a copy's buffer.
+std::string MiB(uint64_t bytes) { return Format("%llu MiB", static_cast<unsigned long long>(bytes >> 20)); }
+
 double SameSizeCopyPercent(const BenchResult& b) {
   if (b.seconds <= 0 || b.copy_seconds <= 0 || b.copy_bytes == 0) return 0.0;
   return 100.0 * (static_cast<double>(b.bytes) / b.seconds) / (static_cast<double>(b.copy_bytes) / b.copy_seconds);
@@ -25,8 +28,8 @@ void PrintBenchTable(const BenchReport& r, FILE* out) {
   std::fprintf(out, "moegrad %s bench: %s, %s (drop-pad C=%lld), %s values, %d threads, %s\n", Version(),
                r.preset.c_str(), ShapeString(s.tokens, s.hidden, s.experts, s.topk, 0).c_str(),
                static_cast<long long>(s.capacity), r.values.c_str(), r.threads, SimdTarget());
-  std::fprintf(out, "copy bandwidth (256 MiB copy, streaming stores, read + write): %.1f GB/s\n\n",
-               r.copy_bytes_per_second * 1e-9);
+  std::fprintf(out, "copy bandwidth (%s copy, streaming stores, read + write): %.1f GB/s\n\n",
+               MiB(r.eviction_bytes).c_str(), r.copy_bytes_per_second * 1e-9);
   size_t w_op = 8, w_mode = 4, w_dtype = 5, w_shape = 5;
   for (const BenchResult& b : r.rows) {
     w_op = std::max(w_op, b.op.size());
@@ -52,11 +55,12 @@ void PrintBenchTable(const BenchReport& r, FILE* out) {
   }
   std::fprintf(out,
                "\nGB/s = the least bytes the operator must read and write / median time of plan + run.\n"
-               "%% copy = median, over the timed calls, of the call's GB/s over that of a 256 MiB copy made just\n"
+               "%% copy = median, over the timed calls, of the call's GB/s over that of a %s copy made just\n"
                "before it (so the caches are cold, as in a training step); %% copy@size = GB/s over a warm copy\n"
                "moving the same bytes (the yardstick where the caches hold much of a problem).\n"
                "verified = every output element compared with the scalar reference (gradScales within the\n"
-               "bound of a different fp32 summation order, the rest bit for bit). Formulas: bench/README.md.\n");
+               "bound of a different fp32 summation order, the rest bit for bit). Formulas: bench/README.md.\n",
+               MiB(r.eviction_bytes).c_str());
 }
 
 namespace {
@@ -84,11 +88,11 @@ void WriteReportObject(const BenchReport& r, FILE* f) {
   std::fprintf(f,
                "{\n  \"version\": %s,\n  \"simd_target\": %s,\n  \"threads\": %d,\n  \"preset\": %s,\n"
                "  \"values\": %s,\n  \"tokens\": %lld,\n  \"hidden\": %lld,\n  \"experts\": %lld,\n  \"topk\": %lld,\n"
-               "  \"capacity\": %lld,\n  \"copy_gbps\": %.4f,\n  \"rows\": [",
+               "  \"capacity\": %lld,\n  \"copy_gbps\": %.4f,\n  \"eviction_bytes\": %llu,\n  \"rows\": [",
                JsonString(Version()).c_str(), JsonString(SimdTarget()).c_str(), r.threads,
                JsonString(r.preset).c_str(), JsonString(r.values).c_str(), static_cast<long long>(s.tokens), static_cast<long long>(s.hidden),
                static_cast<long long>(s.experts), static_cast<long long>(s.topk), static_cast<long long>(s.capacity),
-               r.copy_bytes_per_second * 1e-9);
+               r.copy_bytes_per_second * 1e-9, static_cast<unsigned long long>(r.eviction_bytes));
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const BenchResult& b = r.rows[i];
     const double gbps = b.seconds > 0 ? static_cast<double>(b.bytes) / b.seconds * 1e-9 : 0.0;
@@ -199,8 +203,8 @@ void PrintSweepTable(const std::vector<BenchReport>& reports, FILE* out) {
   std::fprintf(out, "moegrad %s bench sweep: %s, H=%lld E=%lld K=%lld, tokens %s, %s values, %d threads, %s\n",
                Version(), first.preset.c_str(), static_cast<long long>(s.hidden), static_cast<long long>(s.experts),
                static_cast<long long>(s.topk), sizes.c_str(), first.values.c_str(), first.threads, SimdTarget());
-  std::fprintf(out, "copy bandwidth (256 MiB copy, streaming stores, read + write): %.1f GB/s\n",
-               first.copy_bytes_per_second * 1e-9);
+  std::fprintf(out, "copy bandwidth (%s copy, streaming stores, read + write): %.1f GB/s\n",
+               MiB(first.eviction_bytes).c_str(), first.copy_bytes_per_second * 1e-9);
   for (size_t i = 0; i < first.rows.size(); ++i) {
     std::fprintf(out, "\n%s\n", RowTitle(first.rows[i]).c_str());
     std::fprintf(out, "  %8s  %6s  %11s  %8s  %7s  %11s  %11s  %11s  %11s  %11s  %11s  %s\n", "tokens", "C", "median",
@@ -228,10 +232,11 @@ void PrintSweepTable(const std::vector<BenchReport>& reports, FILE* out) {
                "\nColumns as in the table of one size (bench/README.md); C = drop-and-pad capacity ceil(T*K/E).\n"
                "bytes' time = the operator's least bytes at the paired copy rate; overhead = median - bytes' time\n"
                "(the per-call cost beyond moving the bytes: planning, thread start-up, index work, and the latency\n"
-               "of rows fetched cold); cold copy = a memcpy of the same bytes timed right after the 256 MiB copy,\n"
+               "of rows fetched cold); cold copy = a copy of the same bytes timed right after the %s copy,\n"
                "the bytes' own time latencies included, which small calls cannot beat either; warm = plan + run\n"
                "called back to back with no copy between (what a decode loop sees when its small tensors stay in the\n"
-               "caches), warm over = warm - the warm copy of the same bytes (the fixed cost of a call).\n");
+               "caches), warm over = warm - the warm copy of the same bytes (the fixed cost of a call).\n",
+               MiB(first.eviction_bytes).c_str());
 }
 
 bool WriteSweepSvg(const std::vector<BenchReport>& reports, FILE* f) {
@@ -346,7 +351,8 @@ bool WriteSweepSvg(const std::vector<BenchReport>& reports, FILE* f) {
     legend(RowTitle(first.rows[i]), kColors[i % std::size(kColors)], kDash[(i / std::size(kColors)) % kDashes],
            1.5);
   }
-  legend("copy rate (256 MiB copy paired with each call, median)", "black", kReferenceDash, 2.0);
+  legend("copy rate (" + MiB(first.eviction_bytes) + " copy paired with each call, median)", "black", kReferenceDash,
+         2.0);
   legend("lower panel: 100% of the paired copy rate", "black", kReferenceDash, 2.0);
   std::fprintf(f, "</svg>\n");
   return std::fflush(f) == 0 && !std::ferror(f);

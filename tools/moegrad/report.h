@@ -17,14 +17,14 @@ struct BenchResult {
   double seconds = 0.0;          // median of plan + run
   uint64_t copy_bytes = 0;       // a parallel copy moving about `bytes` (read + write) ...
   double copy_seconds = 0.0;     // ... and its median time
-  // --sweep only: that copy timed right after each 256 MiB copy (cold, as the call is timed), median: what
+  // --sweep only: that copy timed right after each paired copy (cold, as the call is timed), median: what
   // moving the row's bytes costs from memory at its size, latencies included.
   double cold_copy_seconds = 0.0;
   // --sweep only: plan + run called back to back with no copy between (the caches hold what the previous call
   // touched, as in a decode loop whose layers hand over small activations), median; its overhead is measured
   // against the warm copy above.
   double warm_seconds = 0.0;
-  // Each timed call follows a 256 MiB parallel copy: the median over those pairs of (the call's GB/s / the
+  // Each timed call follows a parallel copy of BenchReport::eviction_bytes: the median over those pairs of (the call's GB/s / the
   // copy's GB/s), in percent, and the median copy bandwidth of the pairs. Noise on a shared machine that
   // lasts a while then slows both sides of a pair alike instead of skewing the ratio.
   double pct_copy = 0.0;
@@ -39,6 +39,7 @@ struct BenchReport {
   Shape shape;
   int threads = 0;
   double copy_bytes_per_second = 0.0;
+  uint64_t eviction_bytes = 0;  // each buffer of the copy paired with every timed call
   std::vector<BenchResult> rows;
 };
 

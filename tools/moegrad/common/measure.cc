@@ -1,12 +1,16 @@
 #include "tools/moegrad/common/measure.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <new>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -33,9 +37,83 @@ AlignedBuffer::~AlignedBuffer() {
   if (data) ::operator delete(data, std::align_val_t(64));
 }
 
-EvictionCopy::EvictionCopy() : src(kBytes), dst(kBytes) {
-  std::memset(src.data, 1, kBytes);
-  std::memset(dst.data, 0, kBytes);
+namespace {
+
+// "491520K", "32M", "1024" (bytes) as bytes; 0 when it is none of these.
+uint64_t ParseCacheSize(const std::string& text) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str()) return 0;
+  const char unit = *end;
+  return unit == 'K' ? v << 10 : unit == 'M' ? v << 20 : unit == 'G' ? v << 30 : v;
+}
+
+// How many CPUs a list such as "0-15,32-47" names.
+int64_t CountCpuList(const std::string& list) {
+  int64_t count = 0;
+  const char* s = list.c_str();
+  while (*s >= '0' && *s <= '9') {
+    char* end = nullptr;
+    const long first = std::strtol(s, &end, 10);
+    long last = first;
+    if (*end == '-') last = std::strtol(end + 1, &end, 10);
+    count += std::max(0L, last - first + 1);
+    s = *end == ',' ? end + 1 : end;
+  }
+  return count;
+}
+
+std::string ReadLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+}  // namespace
+
+uint64_t LastLevelCacheBytes() {
+  // cpu0's caches: the one of the highest level that holds data, times the number of such caches (the online
+  // CPUs over those sharing cpu0's).
+  const std::string base = "/sys/devices/system/cpu/cpu0/cache/index";
+  int level = 0;
+  uint64_t size = 0;
+  int64_t sharing = 1;
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = base + std::to_string(i) + "/";
+    const std::string type = ReadLine(dir + "type");
+    if (type.empty()) break;
+    if (type == "Instruction") continue;
+    const int l = std::atoi(ReadLine(dir + "level").c_str());
+    const uint64_t bytes = ParseCacheSize(ReadLine(dir + "size"));
+    if (l > level && bytes > 0) {
+      level = l;
+      size = bytes;
+      sharing = std::max<int64_t>(1, CountCpuList(ReadLine(dir + "shared_cpu_list")));
+    }
+  }
+  if (size > 0) {
+    const int64_t online = std::max<int64_t>(1, CountCpuList(ReadLine("/sys/devices/system/cpu/online")));
+    return size * static_cast<uint64_t>(std::max<int64_t>(1, online / sharing));
+  }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  for (const int name : {_SC_LEVEL4_CACHE_SIZE, _SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    const long v = sysconf(name);
+    if (v > 0) return static_cast<uint64_t>(v);
+  }
+#endif
+  return 0;
+}
+
+uint64_t EvictionBytes(uint64_t llc_bytes) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  const uint64_t twice = llc_bytes > kMaxEvictionBytes ? kMaxEvictionBytes : 2 * llc_bytes;
+  return std::clamp((twice + kMiB - 1) / kMiB * kMiB, kMinEvictionBytes, kMaxEvictionBytes);
+}
+
+EvictionCopy::EvictionCopy(uint64_t bytes) : bytes(bytes), src(bytes), dst(bytes) {
+  std::memset(src.data, 1, bytes);
+  std::memset(dst.data, 0, bytes);
 }
 
 double MedianSeconds(const std::function<void()>& fn, int warmup, int min_runs, int max_runs,

@@ -17,11 +17,23 @@ struct AlignedBuffer {
   uint64_t size;
 };
 
-// Source and destination of the 256 MiB copy that leaves the caches full of other data before a timed call:
-// `moegrad bench` pairs every timed call with one (PairedWithCopy), moegrad_bench's cold rows evict with one.
+// The data cache of the highest level this machine reports, all its instances together (a two-socket machine
+// has two L3s), in bytes: from /sys/devices/system/cpu (Linux), else sysconf; 0 when it reports none.
+uint64_t LastLevelCacheBytes();
+
+// The size of each buffer of the eviction copy for a last-level cache of `llc_bytes`: twice the cache (reading
+// it once through a cache with adaptive replacement leaves part of the old lines), at least kMinEvictionBytes,
+// at most kMaxEvictionBytes, in whole MiB.
+constexpr uint64_t kMinEvictionBytes = uint64_t{256} << 20;
+constexpr uint64_t kMaxEvictionBytes = uint64_t{4} << 30;
+uint64_t EvictionBytes(uint64_t llc_bytes);
+
+// Source and destination of the copy that leaves the caches full of other data before a timed call (by default
+// EvictionBytes(LastLevelCacheBytes()) each): `moegrad bench` pairs every timed call with one (PairedWithCopy),
+// moegrad_bench's cold rows evict with one.
 struct EvictionCopy {
-  static constexpr uint64_t kBytes = uint64_t{256} << 20;
-  EvictionCopy();
+  explicit EvictionCopy(uint64_t bytes = EvictionBytes(LastLevelCacheBytes()));
+  uint64_t bytes;
   AlignedBuffer src, dst;
 };
 
