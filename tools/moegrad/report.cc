@@ -247,6 +247,9 @@ bool WriteSweepSvg(const std::vector<BenchReport>& reports, FILE* f) {
   constexpr int kDashes = 3;  // line styles, cycled after the colours
   static const char* const kDash[kDashes] = {"", " stroke-dasharray=\"6 3\"", " stroke-dasharray=\"2 2\""};
   static const char* const kReferenceDash = " stroke-dasharray=\"8 4\"";
+  // Row i's colour and line style, the same in both panels and the legend.
+  auto color = [](size_t i) { return kColors[i % std::size(kColors)]; };
+  auto dash = [](size_t i) { return kDash[(i / std::size(kColors)) % kDashes]; };
   if (reports.empty()) return false;
   const BenchReport& first = reports.front();
   // Two panels over the same token axis, GB/s above and % of the paired copy below; tall enough for the
@@ -316,7 +319,7 @@ bool WriteSweepSvg(const std::vector<BenchReport>& reports, FILE* f) {
       }
       if (!points.empty()) {
         std::fprintf(f, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s/>\n",
-                     points.c_str(), kColors[i % std::size(kColors)], kDash[(i / std::size(kColors)) % kDashes]);
+                     points.c_str(), color(i), dash(i));
       }
     }
     std::string reference_points;
@@ -348,8 +351,7 @@ bool WriteSweepSvg(const std::vector<BenchReport>& reports, FILE* f) {
     legend_y += 18;
   };
   for (size_t i = 0; i < first.rows.size(); ++i) {
-    legend(RowTitle(first.rows[i]), kColors[i % std::size(kColors)], kDash[(i / std::size(kColors)) % kDashes],
-           1.5);
+    legend(RowTitle(first.rows[i]), color(i), dash(i), 1.5);
   }
   legend("copy rate (" + MiB(first.eviction_bytes) + " copy paired with each call, median)", "black", kReferenceDash,
          2.0);
