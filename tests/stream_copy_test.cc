@@ -65,6 +65,36 @@ TEST(ParallelCopy, StreamedAndNotEveryThreadCount) {
   }
 }
 
+// The sum of `bytes` bytes of random data at offset `offset` of an aligned buffer, as StreamRead and as
+// ParallelRead with 1-3 threads, against a plain loop. A load left out or read twice changes the sum.
+void CheckRead(size_t bytes, size_t offset) {
+  const std::vector<uint8_t> data = RandomBytes(bytes + 64, static_cast<uint32_t>(bytes * 7 + offset));
+  AlignedBuffer src(bytes + 64);
+  std::copy(data.begin(), data.end(), static_cast<uint8_t*>(src.data));
+  const uint8_t* at = static_cast<const uint8_t*>(src.data) + offset;
+  uint64_t want = 0;
+  for (size_t i = 0; i < bytes; ++i) want += at[i];
+  EXPECT_EQ(StreamRead(at, bytes), want) << bytes << " bytes at offset " << offset;
+  for (int threads : {1, 2, 3}) {
+    EXPECT_EQ(ParallelRead(at, bytes, threads), want) << bytes << " bytes at offset " << offset << ", " << threads
+                                                      << " threads";
+  }
+}
+
+TEST(StreamRead, SumsEveryByteOnce) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{4095}, size_t{16384},
+                       size_t{16385}, size_t{3 * 16384 + 4161}, size_t{1} << 20}) {
+    for (size_t offset : {0, 1, 33}) CheckRead(bytes, offset);
+  }
+}
+
+TEST(CopyAndReadBandwidth, BothMeasured) {
+  const CopyAndRead r = CopyAndReadBandwidth(2, size_t{8} << 20, 3);
+  EXPECT_GT(r.copy_bytes_per_second, 0.0);
+  EXPECT_GT(r.read_bytes_per_second, 0.0);
+  EXPECT_GT(r.read_over_copy, 0.0);
+}
+
 TEST(EvictionBytes, TwiceTheCacheInWholeMiBWithinBounds) {
   constexpr uint64_t kMiB = uint64_t{1} << 20;
   EXPECT_EQ(EvictionBytes(0), kMinEvictionBytes);  // no cache reported

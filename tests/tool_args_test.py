@@ -197,6 +197,7 @@ GOOD = [
     (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "f32", "--op", "permute", "--evict-mib", "16",
       "--json", "{json}"], {}, 0, None, "copy bandwidth (16 MiB copy, streaming stores"),
     (["info"], {}, 0, None, " MiB last level, as reported (bench copies "),
+    (["info"], {}, 0, None, "MiB alone, bytes read, median), "),
     (["--help"], {}, 0, "", "--evict-mib N         MiB in each buffer of the copy made before every timed call, 1..65536"),
     (["--help"], {}, 0, "", "--threads N             worker threads, 1..4096"),
     (["--help"], {}, 0, "", "--values tiny|normal|mixed"),

@@ -65,8 +65,9 @@ uint64_t AvailableMemory() {
 // N = T*K + E pairs or drop-and-pad slots), the plain copy of its minimum bytes (at most T + 2N rows), the bias
 // (E rows), the reference's fp32 accumulators (N rows), routing maps, probabilities and their gradients'
 // accumulators (40 bytes per map entry), indices, workspace and routing temporaries (64 bytes per pair), the
-// two buffers of `eviction` bytes of the paired copy and 64 MiB for the program itself. The routing weights (probabilities,
-// scales and their gradients) are in the per-entry and per-pair terms at 4 bytes, whatever the tokens' dtype.
+// two buffers of `eviction` bytes of the paired copy and 64 MiB for the program itself. The routing weights
+// (probabilities, scales and their gradients) are in the per-entry and per-pair terms at 4 bytes, whatever the
+// tokens' dtype.
 // False when that passes 2^64 (the factors are at most 2^63 and a preset's H, E and K, so 128 bits hold every
 // product).
 bool BenchBytes(const Shape& s, uint64_t elem, uint64_t eviction, uint64_t* bytes) {

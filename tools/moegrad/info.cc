@@ -33,9 +33,13 @@ int RunInfo(const InfoOptions& o) {
   std::printf("cache:          %llu MiB last level, as reported (bench copies %llu MiB before each timed call)\n",
               static_cast<unsigned long long>(llc >> 20), static_cast<unsigned long long>(eviction >> 20));
   std::fflush(stdout);
-  const double bw = CopyBandwidth(NumThreads(), eviction);
+  const CopyAndRead bw = CopyAndReadBandwidth(NumThreads(), eviction);
   std::printf("copy bandwidth: %.1f GB/s (copy of %llu MiB, streaming stores, bytes read + written, median)\n",
-              bw * 1e-9, static_cast<unsigned long long>(eviction >> 20));
+              bw.copy_bytes_per_second * 1e-9, static_cast<unsigned long long>(eviction >> 20));
+  std::printf("read bandwidth: %.1f GB/s (read of the copy's %llu MiB alone, bytes read, median), "
+              "%.0f%% of the copy's\n",
+              bw.read_bytes_per_second * 1e-9, static_cast<unsigned long long>(eviction >> 20),
+              100.0 * bw.read_over_copy);
   return 0;
 }
 

@@ -88,7 +88,8 @@ void WriteReportObject(const BenchReport& r, FILE* f) {
   std::fprintf(f,
                "{\n  \"version\": %s,\n  \"simd_target\": %s,\n  \"threads\": %d,\n  \"preset\": %s,\n"
                "  \"values\": %s,\n  \"tokens\": %lld,\n  \"hidden\": %lld,\n  \"experts\": %lld,\n  \"topk\": %lld,\n"
-               "  \"capacity\": %lld,\n  \"copy_gbps\": %.4f,\n  \"eviction_bytes\": %llu,\n  \"rows\": [",
+               "  \"capacity\": %lld,\n  \"copy_gbps\": %.4f,\n  \"eviction_bytes\": %llu,\n"
+               "  \"rows\": [",
                JsonString(Version()).c_str(), JsonString(SimdTarget()).c_str(), r.threads,
                JsonString(r.preset).c_str(), JsonString(r.values).c_str(), static_cast<long long>(s.tokens), static_cast<long long>(s.hidden),
                static_cast<long long>(s.experts), static_cast<long long>(s.topk), static_cast<long long>(s.capacity),

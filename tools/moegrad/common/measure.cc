@@ -195,19 +195,63 @@ double PairedWithCopy(const std::function<void()>& fn, double fn_bytes, void* ds
   return Median(times);
 }
 
-double CopyBandwidth(int threads, size_t bytes) {
-  struct Free {
-    void operator()(char* p) const { ::operator delete(p, std::align_val_t(64)); }
-  };
-  std::unique_ptr<char, Free> src(static_cast<char*>(::operator new(bytes, std::align_val_t(64))));
-  std::unique_ptr<char, Free> dst(static_cast<char*>(::operator new(bytes, std::align_val_t(64))));
-  // Touch every page from the thread that will copy it.
+namespace {
+
+struct FreeAligned {
+  void operator()(char* p) const { ::operator delete(p, std::align_val_t(64)); }
+};
+using Buffer = std::unique_ptr<char, FreeAligned>;
+
+// Source and destination of `bytes` each, every page touched first by the thread that will copy it.
+std::pair<Buffer, Buffer> CopyBuffers(size_t bytes, int threads) {
+  Buffer src(static_cast<char*>(::operator new(bytes, std::align_val_t(64))));
+  Buffer dst(static_cast<char*>(::operator new(bytes, std::align_val_t(64))));
   ForEachPart(bytes, threads, [&](size_t begin, size_t end, size_t i) {
     std::memset(src.get() + begin, static_cast<int>(i + 1), end - begin);
     std::memset(dst.get() + begin, 0, end - begin);
   });
+  return {std::move(src), std::move(dst)};
+}
+
+}  // namespace
+
+double CopyBandwidth(int threads, size_t bytes) {
+  const auto [src, dst] = CopyBuffers(bytes, threads);
   const double seconds = MedianSeconds([&] { ParallelCopy(dst.get(), src.get(), bytes, threads); }, 1, 5, 9, 0.3);
   return 2.0 * static_cast<double>(bytes) / seconds;
+}
+
+uint64_t ParallelRead(const void* src, size_t bytes, int threads) {
+  std::vector<uint64_t> sums(static_cast<size_t>(kMaxThreads), 0);
+  ForEachPart(bytes, threads, [&](size_t begin, size_t end, size_t i) {
+    sums[i] = StreamRead(static_cast<const char*>(src) + begin, end - begin);
+  });
+  uint64_t sum = 0;
+  for (uint64_t s : sums) sum += s;
+  return sum;
+}
+
+CopyAndRead CopyAndReadBandwidth(int threads, size_t bytes, int pairs) {
+  using Clock = std::chrono::steady_clock;
+  const auto [src, dst] = CopyBuffers(bytes, threads);
+  std::vector<double> copies, reads, ratios;
+  volatile uint64_t sink = 0;
+  for (int i = 0; i <= pairs; ++i) {  // the first pair warms up
+    const auto t0 = Clock::now();
+    ParallelCopy(dst.get(), src.get(), bytes, threads);
+    const auto t1 = Clock::now();
+    sink = sink + ParallelRead(dst.get(), bytes, threads);  // streamed to memory: not in the caches
+    const auto t2 = Clock::now();
+    if (i == 0) continue;
+    copies.push_back(2.0 * static_cast<double>(bytes) / std::chrono::duration<double>(t1 - t0).count());
+    reads.push_back(static_cast<double>(bytes) / std::chrono::duration<double>(t2 - t1).count());
+    ratios.push_back(reads.back() / copies.back());
+  }
+  CopyAndRead r;
+  r.copy_bytes_per_second = Median(copies);
+  r.read_bytes_per_second = Median(reads);
+  r.read_over_copy = Median(ratios);
+  return r;
 }
 
 }  // namespace moegrad::tool

@@ -66,4 +66,20 @@ void ParallelCopy(void* dst, const void* src, size_t bytes, int threads);
 // the caches) over `threads` threads, each copying one contiguous part: the median of several runs.
 double CopyBandwidth(int threads, size_t bytes = size_t{256} << 20);
 
+// The sum of the bytes of src (mod 2^64), read by `threads` threads (StreamRead of one contiguous part each,
+// at most kMaxThreads and one per 64 bytes).
+uint64_t ParallelRead(const void* src, size_t bytes, int threads);
+
+// The copy and its read half alone, measured in alternation on buffers of `bytes` (a copy, a read of the
+// copy's source, a copy, ...) with `threads` threads: each one's median bytes per second (a copy's read +
+// written bytes, a read's read bytes) and the median over the pairs of read / copy. A kernel whose bytes
+// are a fraction f reads (f = K/(K+1) for one that sums K rows into one) cannot run faster than about
+// read / f, which on cores that keep few reads in flight is below the copy rate.
+struct CopyAndRead {
+  double copy_bytes_per_second = 0.0;
+  double read_bytes_per_second = 0.0;
+  double read_over_copy = 0.0;
+};
+CopyAndRead CopyAndReadBandwidth(int threads, size_t bytes, int pairs = 7);
+
 }  // namespace moegrad::tool

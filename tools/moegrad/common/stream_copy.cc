@@ -1,5 +1,6 @@
 // The copy of the benchmarks' yardstick, one copy per SIMD target: vector loads and streaming
-// (non-temporal) stores, as the library's kernels write an output of a call far larger than the caches.
+// (non-temporal) stores, as the library's kernels write an output of a call far larger than the caches; and
+// its read half alone.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tools/moegrad/common/stream_copy.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -56,6 +57,33 @@ void StreamCopyBytes(uint8_t* HWY_RESTRICT dst, const uint8_t* HWY_RESTRICT src,
   hwy::FlushStream();
 }
 
+// The sum of the bytes of src: SumsOf8 of each vector into 64-bit lanes, two accumulators, four pages in step
+// as in StreamCopyBytes; the ends element by element.
+uint64_t StreamReadBytes(const uint8_t* HWY_RESTRICT src, size_t bytes) {
+  const hn::ScalableTag<uint8_t> d;
+  const hn::Repartition<uint64_t, decltype(d)> d64;
+  const size_t n = hn::Lanes(d);
+  auto acc0 = hn::Zero(d64);
+  auto acc1 = hn::Zero(d64);
+  size_t i = 0;
+  constexpr size_t kPage = 4096;
+  if (kPage % (2 * n) == 0) {
+    for (; i + 4 * kPage <= bytes; i += 4 * kPage) {
+      for (size_t o = 0; o < kPage; o += 2 * n) {
+        for (size_t p = 0; p < 4; ++p) {
+          const size_t at = i + p * kPage + o;
+          acc0 = hn::Add(acc0, hn::SumsOf8(hn::LoadU(d, src + at)));
+          acc1 = hn::Add(acc1, hn::SumsOf8(hn::LoadU(d, src + at + n)));
+        }
+      }
+    }
+  }
+  for (; i + n <= bytes; i += n) acc0 = hn::Add(acc0, hn::SumsOf8(hn::LoadU(d, src + i)));
+  uint64_t sum = hn::GetLane(hn::SumOfLanes(d64, hn::Add(acc0, acc1)));
+  for (; i < bytes; ++i) sum += src[i];
+  return sum;
+}
+
 }  // namespace moegrad::tool::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -63,9 +91,14 @@ HWY_AFTER_NAMESPACE();
 namespace moegrad::tool {
 
 HWY_EXPORT(StreamCopyBytes);
+HWY_EXPORT(StreamReadBytes);
 
 void StreamCopy(void* dst, const void* src, size_t bytes) {
   HWY_DYNAMIC_DISPATCH(StreamCopyBytes)(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes);
+}
+
+uint64_t StreamRead(const void* src, size_t bytes) {
+  return HWY_DYNAMIC_DISPATCH(StreamReadBytes)(static_cast<const uint8_t*>(src), bytes);
 }
 
 }  // namespace moegrad::tool
