@@ -193,12 +193,13 @@ GOOD = [
       "--values", "tiny", "--json", "{json}"], {}, 0, None, ", tiny values, "),
     (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "f16", "--op", "token-unpermute-with-routing-map",
       "--values", "MIXED"], {}, 0, None, ", mixed values, "),
-    # the paired copy as asked, named in the table's header; by default twice the last-level cache, which info shows
+    # the paired copy as asked, named in the table's header; by default twice the last-level cache (info shows it)
     (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "f32", "--op", "permute", "--evict-mib", "16",
       "--json", "{json}"], {}, 0, None, "copy bandwidth (16 MiB copy, streaming stores"),
     (["info"], {}, 0, None, " MiB last level, as reported (bench copies "),
     (["info"], {}, 0, None, "MiB alone, bytes read, median), "),
-    (["--help"], {}, 0, "", "--evict-mib N         MiB in each buffer of the copy made before every timed call, 1..65536"),
+    (["--help"], {}, 0, "",
+     "--evict-mib N         MiB in each buffer of the copy made before every timed call, 1..65536"),
     (["--help"], {}, 0, "", "--threads N             worker threads, 1..4096"),
     (["--help"], {}, 0, "", "--values tiny|normal|mixed"),
     (["--version"], {}, 0, "", "moegrad "),
@@ -233,16 +234,17 @@ def describe(args, env):
 
 
 def check_sweep(tool, json_path, svg_path):
-    """A small sweep of two rows at two sizes with tiny values: the table, the JSON and the SVG."""
+    """A small sweep of two rows at two sizes with tiny values and a 64 MiB eviction copy: the table, the JSON
+    and the SVG."""
     args = ["bench", "--preset", "mixtral-8x7b", "--dtype", "bf16", "--op", "finalize-routing-v2-grad",
-            "--values", "tiny", "--sweep", "tokens=1,16", "--json", "{json}", "--plot", "{svg}"]
+            "--values", "tiny", "--sweep", "tokens=1,16", "--evict-mib", "64", "--json", "{json}", "--plot", "{svg}"]
     p, _ = run(tool, args, {}, json_path)
     name = describe(args, {})
     if p.returncode != 0:
         return ["%s: exit status %d (stderr %r)" % (name, p.returncode, p.stderr)]
     rows = ["MoeFinalizeRoutingV2Grad dropless scales+bias bf16", "MoeFinalizeRoutingV2Grad drop-pad scales bf16"]
     problems = []
-    for title in rows + ["tokens 1,16, tiny values", "overhead", "cold copy", "warm over"]:
+    for title in rows + ["tokens 1,16, tiny values", "overhead", "cold copy", "warm over", "(64 MiB copy, "]:
         if title not in p.stdout:
             problems.append("%s: stdout does not contain %r:\n%s" % (name, title, p.stdout))
     try:
@@ -252,6 +254,9 @@ def check_sweep(tool, json_path, svg_path):
                  for r in doc["sweep"]]
         if sizes != [(1, "tiny", 2, True), (16, "tiny", 2, True)]:
             problems.append("%s: JSON sweep (tokens, values, rows, verified) %r" % (name, sizes))
+        evictions = [r["eviction_bytes"] for r in doc["sweep"]]
+        if evictions != [64 << 20, 64 << 20]:
+            problems.append("%s: JSON eviction_bytes %r, expected 64 MiB at each size" % (name, evictions))
         for key in ("cold_copy_same_size_s", "warm_median_s"):
             times = [row.get(key, 0) for r in doc["sweep"] for row in r["rows"]]
             if not all(isinstance(t, float) and t > 0 for t in times):
@@ -272,7 +277,7 @@ def check_sweep(tool, json_path, svg_path):
         for label in rows + ["1", "16"]:
             if label not in texts:
                 problems.append("%s: SVG has no text %r (%r)" % (name, label, texts))
-        if not any(t and t.startswith("copy rate") for t in texts):
+        if not any(t and t.startswith("copy rate (64 MiB copy paired") for t in texts):
             problems.append("%s: SVG has no copy-rate legend (%r)" % (name, texts))
         if not any(t and t.startswith("% of the paired copy") for t in texts):
             problems.append("%s: SVG has no %%-of-copy panel (%r)" % (name, texts))
