@@ -10,9 +10,9 @@
 // the same name without it): a kernel whose speed depended on the values would show there.
 //
 // The cold/... rows take a cold one-token bf16 call apart (RunCold): each iteration evicts the caches with a
-// copy of twice the last-level cache, then times the call (/call), the call after a small call of the same row (/call:code-warm: the
-// library's code and state warm, the call's data cold), or a copy of the call's bytes (/copy); plan_us is phase
-// one of the timed call.
+// copy of twice the last-level cache, then times the call (/call), the call after a small call of the same row
+// (/call:code-warm: the library's code and state warm, the call's data cold), or a copy of the call's bytes
+// (/copy); plan_us is phase one of the timed call.
 //
 //   moegrad_bench --benchmark_filter='^cold/.*/deepseek-v3/' --benchmark_repetitions=3
 //
@@ -125,7 +125,8 @@ void BM_Copy(benchmark::State& state) {
 }
 
 // What a cold call spends its time on. Each iteration first evicts the caches with a parallel copy of twice the
-// last-level cache, at least 256 MiB (EvictionCopy; not timed), as `moegrad bench` does before every timed call, then times one of:
+// last-level cache, at least 256 MiB (EvictionCopy; not timed), as `moegrad bench` does before every timed
+// call, then times one of:
 //   kCall          the call (both phases), everything it touches cold: its rows, its index data, and the
 //                  library's own code and state;
 //   kCallCodeWarm  the call, after a call of the same row on its 1-token, H = 16 problem (other tensors, no

@@ -70,11 +70,12 @@ double CopyBandwidth(int threads, size_t bytes = size_t{256} << 20);
 // at most kMaxThreads and one per 64 bytes).
 uint64_t ParallelRead(const void* src, size_t bytes, int threads);
 
-// The copy and its read half alone, measured in alternation on buffers of `bytes` (a copy, a read of the
-// copy's source, a copy, ...) with `threads` threads: each one's median bytes per second (a copy's read +
-// written bytes, a read's read bytes) and the median over the pairs of read / copy. A kernel whose bytes
-// are a fraction f reads (f = K/(K+1) for one that sums K rows into one) cannot run faster than about
-// read / f, which on cores that keep few reads in flight is below the copy rate.
+// The copy and its read half alone, measured in alternation on buffers of `bytes` (a copy, a read of what it
+// just wrote, which its streaming stores left in memory, not in the caches, a copy, ...) with `threads`
+// threads: each one's median bytes per second (a copy's read + written bytes, a read's read bytes) and the
+// median over the pairs of read / copy. A kernel of which a fraction f of the bytes are reads (f = K/(K+1) for
+// one that sums K rows into one) cannot run faster than about read / f, which on cores that keep few reads in
+// flight is below the copy rate.
 struct CopyAndRead {
   double copy_bytes_per_second = 0.0;
   double read_bytes_per_second = 0.0;
