@@ -1,6 +1,7 @@
 // The benchmarks' yardstick copy (tools/moegrad/common): StreamCopy and ParallelCopy copy exactly the bytes
 // asked for, whatever the alignment, size and thread count, and write nothing around them; the eviction copy is
-// twice the last-level cache, within its bounds.
+// twice the last-level cache and at most an eighth of the memory, within its bounds.
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -97,14 +98,37 @@ TEST(CopyAndReadBandwidth, BothMeasured) {
 
 TEST(EvictionBytes, TwiceTheCacheInWholeMiBWithinBounds) {
   constexpr uint64_t kMiB = uint64_t{1} << 20;
-  EXPECT_EQ(EvictionBytes(0), kMinEvictionBytes);  // no cache reported
-  EXPECT_EQ(EvictionBytes(32 * kMiB), kMinEvictionBytes);
-  EXPECT_EQ(EvictionBytes(128 * kMiB), 256 * kMiB);
-  EXPECT_EQ(EvictionBytes(128 * kMiB + 1), 257 * kMiB);  // rounded up to whole MiB
-  EXPECT_EQ(EvictionBytes(480 * kMiB), 960 * kMiB);
-  EXPECT_EQ(EvictionBytes(2048 * kMiB), kMaxEvictionBytes);
-  EXPECT_EQ(EvictionBytes(3 * kMaxEvictionBytes), kMaxEvictionBytes);
-  EXPECT_EQ(EvictionBytes(UINT64_MAX), kMaxEvictionBytes);  // no overflow
+  constexpr uint64_t kPlenty = uint64_t{1} << 40;  // memory that limits nothing
+  EXPECT_EQ(EvictionBytes(0, kPlenty), kMinEvictionBytes);  // no cache reported
+  EXPECT_EQ(EvictionBytes(32 * kMiB, kPlenty), kMinEvictionBytes);
+  EXPECT_EQ(EvictionBytes(128 * kMiB, kPlenty), 256 * kMiB);
+  EXPECT_EQ(EvictionBytes(128 * kMiB + 1, kPlenty), 257 * kMiB);  // rounded up to whole MiB
+  EXPECT_EQ(EvictionBytes(480 * kMiB, kPlenty), 960 * kMiB);
+  EXPECT_EQ(EvictionBytes(2048 * kMiB, kPlenty), kMaxEvictionBytes);
+  EXPECT_EQ(EvictionBytes(3 * kMaxEvictionBytes, kPlenty), kMaxEvictionBytes);
+  EXPECT_EQ(EvictionBytes(UINT64_MAX, UINT64_MAX), kMaxEvictionBytes);  // no overflow
+}
+
+TEST(EvictionBytes, AtMostAnEighthOfTheMemoryButNeverBelowTheFloor) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  EXPECT_EQ(EvictionBytes(480 * kMiB, 4 * kGiB), 512 * kMiB);  // 960 MiB asked, 4 GiB / 8 allowed
+  EXPECT_EQ(EvictionBytes(512 * kMiB, 8 * kGiB - 1), 1023 * kMiB);  // the eighth rounded down to whole MiB
+  EXPECT_EQ(EvictionBytes(480 * kMiB, 8 * kGiB), 960 * kMiB);  // the cache's size fits
+  EXPECT_EQ(EvictionBytes(480 * kMiB, kGiB), kMinEvictionBytes);  // little memory: the floor
+  EXPECT_EQ(EvictionBytes(480 * kMiB, 0), kMinEvictionBytes);
+  EXPECT_EQ(EvictionBytes(2048 * kMiB, 16 * kGiB), 2 * kGiB);
+}
+
+// The default is the rule applied to what this machine reports.
+TEST(EvictionBytes, DefaultIsTheRuleOnThisMachine) {
+  const uint64_t llc = LastLevelCacheBytes();
+  const uint64_t before = AvailableMemory();  // the available memory may move between the calls
+  const uint64_t bytes = DefaultEvictionBytes();
+  const uint64_t after = AvailableMemory();
+  EXPECT_GT(before, uint64_t{0});
+  EXPECT_GE(bytes, EvictionBytes(llc, std::min(before, after)));
+  EXPECT_LE(bytes, EvictionBytes(llc, std::max(before, after)));
 }
 
 // Where Linux lists cpu0's caches, the last level is at least each data or unified cache listed.

@@ -44,22 +44,6 @@ bool ParsePrecisions(const std::string& s, std::vector<Precision>* out) {
   return !out->empty();
 }
 
-// Bytes of memory this run may use: MemAvailable of /proc/meminfo (more means swapping or the OOM killer),
-// else every physical page.
-uint64_t AvailableMemory() {
-  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
-    char line[256];
-    unsigned long long kib = 0;
-    bool found = false;
-    while (!found && std::fgets(line, sizeof(line), f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
-    std::fclose(f);
-    if (found) return static_cast<uint64_t>(kib) << 10;
-  }
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : UINT64_MAX;
-}
-
 // An upper bound of the bytes the benchmark holds at once on `s` with token elements (every float tensor of
 // H columns) of `elem` bytes: the largest row's tensors and reference outputs (at most T + 3N rows of H,
 // N = T*K + E pairs or drop-and-pad slots), the plain copy of its minimum bytes (at most T + 2N rows), the bias
@@ -192,12 +176,10 @@ int RunBench(const BenchOptions& o) {
   uint64_t elem = 2;
   for (const Precision& p : precisions) elem = std::max<uint64_t>(elem, ElementSize(p.tokens));
   const uint64_t have = AvailableMemory();
-  // The paired copy's buffers: twice the last-level cache by default, so that no call finds its data there, but
-  // no more than an eighth of the available memory each (a machine with a cache that large and little memory
-  // gets a copy that evicts less rather than no benchmark); --evict-mib as asked, when it fits.
+  // The paired copy's buffers: by default twice the last-level cache, so that no call finds its data there, and
+  // at most an eighth of the available memory each (EvictionBytes); --evict-mib as asked, when it fits.
   constexpr uint64_t kProgramBytes = uint64_t{64} << 20;
-  uint64_t eviction = std::min(EvictionBytes(LastLevelCacheBytes()),
-                               std::max(kMinEvictionBytes, have / 8 >> 20 << 20));
+  uint64_t eviction = EvictionBytes(LastLevelCacheBytes(), have);
   if (o.evict_mib > 0) {
     eviction = static_cast<uint64_t>(o.evict_mib) << 20;
     if (2 * eviction + kProgramBytes > have) {

@@ -29,7 +29,7 @@ int RunInfo(const InfoOptions& o) {
   std::printf("threads:        %d (%s)\n", NumThreads(), source.c_str());
   std::fflush(stdout);
   const uint64_t llc = LastLevelCacheBytes();
-  const uint64_t eviction = EvictionBytes(llc);
+  const uint64_t eviction = EvictionBytes(llc, AvailableMemory());
   std::printf("cache:          %llu MiB last level, as reported (bench copies %llu MiB before each timed call)\n",
               static_cast<unsigned long long>(llc >> 20), static_cast<unsigned long long>(eviction >> 20));
   std::fflush(stdout);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -105,11 +106,28 @@ uint64_t LastLevelCacheBytes() {
   return 0;
 }
 
-uint64_t EvictionBytes(uint64_t llc_bytes) {
+uint64_t AvailableMemory() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof(line), f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    std::fclose(f);
+    if (found) return static_cast<uint64_t>(kib) << 10;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : UINT64_MAX;
+}
+
+uint64_t EvictionBytes(uint64_t llc_bytes, uint64_t available_bytes) {
   constexpr uint64_t kMiB = uint64_t{1} << 20;
   const uint64_t twice = llc_bytes > kMaxEvictionBytes ? kMaxEvictionBytes : 2 * llc_bytes;
-  return std::clamp((twice + kMiB - 1) / kMiB * kMiB, kMinEvictionBytes, kMaxEvictionBytes);
+  const uint64_t eighth = available_bytes / 8 / kMiB * kMiB;  // rounded down: never over the eighth
+  return std::clamp(std::min((twice + kMiB - 1) / kMiB * kMiB, eighth), kMinEvictionBytes, kMaxEvictionBytes);
 }
+
+uint64_t DefaultEvictionBytes() { return EvictionBytes(LastLevelCacheBytes(), AvailableMemory()); }
 
 EvictionCopy::EvictionCopy(uint64_t bytes) : bytes(bytes), src(bytes), dst(bytes) {
   std::memset(src.data, 1, bytes);

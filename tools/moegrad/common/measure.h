@@ -21,18 +21,28 @@ struct AlignedBuffer {
 // has two L3s), in bytes: from /sys/devices/system/cpu (Linux), else sysconf; 0 when it reports none.
 uint64_t LastLevelCacheBytes();
 
-// The size of each buffer of the eviction copy for a last-level cache of `llc_bytes`: twice the cache (reading
-// it once through a cache with adaptive replacement leaves part of the old lines), at least kMinEvictionBytes,
-// at most kMaxEvictionBytes, in whole MiB.
+// Bytes of memory a run may use: MemAvailable of /proc/meminfo (more means swapping or the OOM killer), else
+// every physical page, else UINT64_MAX.
+uint64_t AvailableMemory();
+
+// The size of each buffer of the eviction copy for a last-level cache of `llc_bytes` and `available_bytes` of
+// memory: twice the cache (reading it once through a cache with adaptive replacement leaves part of the old
+// lines), but no more than an eighth of the memory (a machine with a cache that large and little memory gets a
+// copy that evicts less rather than no benchmark); at least kMinEvictionBytes, at most kMaxEvictionBytes, in
+// whole MiB.
 constexpr uint64_t kMinEvictionBytes = uint64_t{256} << 20;
 constexpr uint64_t kMaxEvictionBytes = uint64_t{4} << 30;
-uint64_t EvictionBytes(uint64_t llc_bytes);
+uint64_t EvictionBytes(uint64_t llc_bytes, uint64_t available_bytes);
+
+// EvictionBytes on this machine: its LastLevelCacheBytes() and AvailableMemory(). What `moegrad bench` copies
+// before each timed call unless --evict-mib says otherwise, and what `moegrad info` names.
+uint64_t DefaultEvictionBytes();
 
 // Source and destination of the copy that leaves the caches full of other data before a timed call (by default
-// EvictionBytes(LastLevelCacheBytes()) each): `moegrad bench` pairs every timed call with one (PairedWithCopy),
+// DefaultEvictionBytes() each): `moegrad bench` pairs every timed call with one (PairedWithCopy),
 // moegrad_bench's cold rows evict with one.
 struct EvictionCopy {
-  explicit EvictionCopy(uint64_t bytes = EvictionBytes(LastLevelCacheBytes()));
+  explicit EvictionCopy(uint64_t bytes = DefaultEvictionBytes());
   uint64_t bytes;
   AlignedBuffer src, dst;
 };
