@@ -16,6 +16,12 @@
 //
 //   moegrad_bench --benchmark_filter='^cold/.*/deepseek-v3/' --benchmark_repetitions=3
 //
+// The bias-table/... rows time the two rows with a bias table cold at 1024 tokens, their bias rows drawn from
+// all E rows of the table or from K of them (BiasTableRow): the cost of bias rows read from the last-level
+// cache rather than from L2.
+//
+//   moegrad_bench --benchmark_filter='^bias-table/.*/deepseek-v3/' --benchmark_repetitions=3
+//
 // Threads: MOEGRAD_NUM_THREADS (default every CPU).
 #include <benchmark/benchmark.h>
 
@@ -30,6 +36,7 @@
 #include "tools/moegrad/common/catalog.h"
 #include "tools/moegrad/common/measure.h"
 #include "tools/moegrad/common/model_presets.h"
+#include "tools/moegrad/common/problems.h"
 
 namespace moegrad::tool {
 namespace {
@@ -189,6 +196,36 @@ void RunCold(benchmark::State& state, const std::string& name, const BenchRow& r
   }
 }
 
+// The two rows that read a bias table (E rows of H, one row per pair), dropless with scales and bias as in
+// BenchRows(), on the preset's routing, but with each pair's expert for the bias drawn at random from the first
+// `bias_experts` rows of the table (RedrawExperts), apart from the routing: the expandedX rows are read in the
+// same order whatever the bias rows are, and only how many distinct bias rows the call reads changes.
+BenchRow BiasTableRow(bool forward, int64_t bias_experts) {
+  auto make = [=](const Shape& shape, DType dtype, DType weight_dtype, uint64_t seed, InputValues values) {
+    auto fill = [&](auto c) {
+      c.shape = shape;
+      c.dtype = dtype;
+      c.weight_dtype = weight_dtype;
+      c.seed = seed;
+      c.values = values;
+      c.scales = c.bias = true;
+      c.bias_experts = bias_experts;
+      return c;
+    };
+    if (!forward) {
+      FinalizeRoutingV2GradConfig c = fill(FinalizeRoutingV2GradConfig());
+      c.mode = 0;
+      return MakeProblem(c);
+    }
+    FinalizeRoutingV2Config c = fill(FinalizeRoutingV2Config());
+    c.mode = 2;
+    return MakeProblem(c);
+  };
+  return forward ? BenchRow{"MoeFinalizeRoutingV2", "finalize-routing-v2", "mode2 dropless scales+bias", true, make}
+                 : BenchRow{"MoeFinalizeRoutingV2Grad", "finalize-routing-v2-grad", "dropless scales+bias", true,
+                            make};
+}
+
 std::string Sanitize(std::string s) {
   for (char& ch : s) {
     if (ch == ' ') ch = '_';
@@ -247,6 +284,20 @@ void RegisterAll() {
             RunCold(st, base, row, shape, bf16, timed);
           })->UseManualTime()->Iterations(kColdIterations)->Unit(benchmark::kMicrosecond);
         }
+      }
+    }
+    // What a bias table in the last-level cache costs (BiasTableRow): cold, at 1024 tokens, the bias rows
+    // drawn from all E rows of the table or from its first K, which stay in L2 while the call's other rows
+    // stream past.
+    for (const bool forward : {false, true}) {
+      for (const int64_t bias_experts : {preset.experts, preset.topk}) {
+        const BenchRow row = BiasTableRow(forward, bias_experts);
+        const std::string name = Sanitize(std::string("bias-table/") + row.key + "/" + row.mode + "/bf16/" +
+                                          preset.name + "/T:1024/bias-rows:" + std::to_string(bias_experts));
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+          RunCold(st, name, row, PresetShape(preset, 1024), Precision{DType::kBFloat16, DType::kBFloat16},
+                  ColdTimed::kCall);
+        })->UseManualTime()->Iterations(kColdIterations)->Unit(benchmark::kMillisecond);
       }
     }
     // The fixed cost of a call: the preset's routing (E, K, C) at 16 and at 1024 tokens with H = 16, so that

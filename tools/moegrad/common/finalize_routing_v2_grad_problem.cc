@@ -34,6 +34,7 @@ class FinalizeRoutingV2GradProblem final : public OpProblem<FinalizeRoutingV2Gra
     const int64_t lo = c.mode == 1 ? -1 : 0, hi = c.mode == 1 ? E * C : pairs;
     FillFinalizeIndices(c.index, c.shape, c.mode == 1 ? C : 0, false, lo, std::max(lo, hi - 1), rng, &row_idx_,
                         c.bias ? &expert_idx_ : nullptr);
+    if (c.bias && c.bias_experts > 0) RedrawExperts(c.bias_experts, rng, &expert_idx_);
 
     AddOutput("gradExpandedX", &grad_expanded_x_, make.Output(c.dtype, x_shape));
     if (c.scales || c.grad_scales_without_scales) {

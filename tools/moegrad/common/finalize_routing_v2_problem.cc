@@ -32,6 +32,7 @@ class FinalizeRoutingV2Problem final : public OpProblem<FinalizeRoutingV2Config>
     FillFinalizeIndices(c.index, c.shape, drop_pad ? C : 0, c.mode <= 1, drop_pad ? -1 : 0,
                         std::max<int64_t>(rows_ - 1, 0), rng, &row_idx_,
                         expert_idx_.rank() > 0 ? &expert_idx_ : nullptr);
+    if (expert_idx_.rank() > 0 && c.bias_experts > 0) RedrawExperts(c.bias_experts, rng, &expert_idx_);
 
     AddOutput("out", &out_, make.Output(c.dtype, {R, H}));
   }

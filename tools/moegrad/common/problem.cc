@@ -98,6 +98,11 @@ void FillFinalizeIndices(IndexData index, const Shape& s, int64_t capacity, bool
   }
 }
 
+void RedrawExperts(int64_t experts, std::mt19937_64& rng, HostTensor* expert_idx) {
+  std::uniform_int_distribution<int64_t> expert(0, experts - 1);
+  for (int64_t i = 0; i < expert_idx->numel(); ++i) expert_idx->SetI(i, expert(rng));
+}
+
 void FillRoutingMap(const std::vector<uint8_t>& routed, bool any_nonzero, std::mt19937_64& rng, HostTensor* map) {
   for (size_t i = 0; i < routed.size(); ++i) {
     int64_t v = routed[i] != 0 ? 1 : 0;

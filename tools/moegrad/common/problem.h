@@ -177,6 +177,10 @@ std::string FlipRoutingMapEntry(HostTensor* map, std::mt19937_64& rng, const cha
 void FillFinalizeIndices(IndexData index, const Shape& s, int64_t capacity, bool expert_major, int64_t lo,
                          int64_t hi, std::mt19937_64& rng, HostTensor* row_idx, HostTensor* expert_idx);
 
+// Redraws every entry of expertIdx uniform in [0, experts), apart from the routing (FinalizeRoutingV2Config's
+// and FinalizeRoutingV2GradConfig's bias_experts).
+void RedrawExperts(int64_t experts, std::mt19937_64& rng, HostTensor* expert_idx);
+
 // A (T, E) routing map from 0/1 entries `routed`. With `any_nonzero` (INT8 maps of random index data) each
 // routed entry is an arbitrary odd value in [-127, 127] instead of 1: any non-zero value means routed.
 void FillRoutingMap(const std::vector<uint8_t>& routed, bool any_nonzero, std::mt19937_64& rng, HostTensor* map);

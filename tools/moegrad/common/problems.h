@@ -35,6 +35,7 @@ struct FinalizeRoutingV2GradConfig : ProblemConfig {
   bool scales = true;
   bool bias = false;
   bool expanded_x_without_scales = false;   // given but not read
+  int64_t bias_experts = 0;  // > 0: expertIdx uniform in [0, bias_experts), apart from the routing (RedrawExperts)
   bool grad_scales_without_scales = false;  // given but must stay untouched
   bool drop_pad() const { return mode == 1; }
 };
@@ -66,6 +67,7 @@ struct FinalizeRoutingV2Config : ProblemConfig {
   bool scales = true;
   bool bias = false;
   bool expert_idx_without_bias = false;  // given, shape-checked, unused
+  int64_t bias_experts = 0;  // > 0: expertIdx uniform in [0, bias_experts), apart from the routing (RedrawExperts)
   bool drop_pad() const { return mode == 1 || mode == 3; }
 };
 std::unique_ptr<Problem> MakeProblem(const FinalizeRoutingV2Config& c);
