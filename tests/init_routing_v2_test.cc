@@ -399,6 +399,10 @@ TEST(InitRoutingV2, LargeOutputsStream) {
   }
   InitRoutingV2Tester().tokens(1024).topk(4).experts(16).hidden(2049).active_num(3000).all_targets(true)
       .seed(seed++).Test(DType::kBFloat16);
+  // A quarter of the pairs active: about a third of the tokens are copied nowhere, in runs of several, and are
+  // neither read nor prefetched (8 MiB of f32 output: streamed).
+  InitRoutingV2Tester().tokens(1024).topk(4).experts(16).hidden(2048).active_num(1024).all_targets(true)
+      .seed(seed++).Test(DType::kFloat32);
   // K > 64 destinations per token row: copied in batches of 64.
   InitRoutingV2Tester().tokens(8).topk(100).experts(300).hidden(4096).flag(2).all_targets(true).seed(seed++)
       .Test(DType::kFloat32);

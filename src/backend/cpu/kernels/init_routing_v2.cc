@@ -37,6 +37,9 @@ void InitRoutingV2RowsTyped(const InitRoutingV2Task& p, const InitRoutingV2Scrat
     internal::BalanceByCost(N, parts, part, [&](int64_t t) { return s.token_rows[t]; }, &t0, &t1);
     constexpr int64_t kMaxDsts = 64;
     char* dsts[kMaxDsts];
+    // Whether token t is copied anywhere: a token whose pairs are all dropped or past the active rows is not
+    // read, and the row prefetched during a token's copies is the next token that is.
+    auto copied = [&](int64_t t) { return s.token_rows[t + 1] - s.token_rows[t] > 1; };
     for (int64_t t = t0; t < t1; ++t) {
       const T* src = p.src_x.Row<const T>(t);
       if (!stream) {
@@ -46,7 +49,10 @@ void InitRoutingV2RowsTyped(const InitRoutingV2Task& p, const InitRoutingV2Scrat
         }
         continue;
       }
-      const char* next = t + 1 < t1 ? reinterpret_cast<const char*>(p.src_x.Row<const T>(t + 1)) : nullptr;
+      if (!copied(t)) continue;
+      int64_t t_next = t + 1;
+      while (t_next < t1 && !copied(t_next)) ++t_next;
+      const char* next = t_next < t1 ? reinterpret_cast<const char*>(p.src_x.Row<const T>(t_next)) : nullptr;
       // Destinations a batch at a time; a row that does not start on 16 bytes is copied with memcpy.
       for (int64_t k0 = 0; k0 < K; k0 += kMaxDsts) {
         int64_t n = 0;

@@ -102,7 +102,12 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
         }
         continue;
       }
-      const char* next = t + 1 < t1 ? reinterpret_cast<const char*>(src_tokens.Row<const T>(t + 1)) : nullptr;
+      // A token no expert takes (drop-and-pad) is not read; the row prefetched during a token's copies is the
+      // next token that is.
+      if (count == 0) continue;
+      int64_t t_next = t + 1;
+      while (t_next < t1 && count_of(t_next) == 0) ++t_next;
+      const char* next = t_next < t1 ? reinterpret_cast<const char*>(src_tokens.Row<const T>(t_next)) : nullptr;
       // Destinations a batch at a time; a row that does not start on 16 bytes is copied with memcpy.
       for (int64_t m0 = 0; m0 < count; m0 += kMaxDsts) {
         int64_t n = 0;
