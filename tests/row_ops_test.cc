@@ -585,8 +585,9 @@ HWY_NOINLINE void TestScaleRowDot() {
       for (int64_t start : {int64_t{0}, n / 16 / 2 * 16, n / 16 * 16}) {
         for (int which = 0; which < 4; ++which) {  // out + x + b, out + x, out, b
           for (int64_t offset : {0, 1}) {
-            for (int form = 0; form < 4; ++form) {  // stores streamed or not, products by Mul or FMA
-              const bool stream = (form & 1) != 0, fma = (form & 2) != 0;
+            for (int form = 0; form < 6; ++form) {  // stores streamed or not; products by Mul, FMA, MulNoAssist
+              const bool stream = (form & 1) != 0;
+              const int product = form >> 1;  // ProductForm
               g.Fill(rng, -8, 8, Specials::kNone);
               x.Fill(rng, -8, 8, Specials::kNone);
               b.Fill(rng, -8, 8, Specials::kNone);
@@ -601,11 +602,11 @@ HWY_NOINLINE void TestScaleRowDot() {
               float part[16];
               rt::RefDot(r.x, 1, r.b, 1, r.g, 1, start, 0, nullptr, part);
               const float want = r.x || r.b ? rt::RefDot(r.x, 1, r.b, 1, r.g, 1, n, start, part) : 0.0f;
-              const float got = ScaleRowDot<T>(r, s, stream, n, start, start > 0 ? part : nullptr, fma);
+              const float got = ScaleRowDot<T>(r, s, stream, n, start, start > 0 ? part : nullptr, product);
               hwy::FlushStream();
               const std::string more = "start " + std::to_string(start) + " case " + std::to_string(which) +
                                        " offset " + std::to_string(offset) + (stream ? " stream" : "") +
-                                       (fma ? " fma" : "");
+                                       (product == 1 ? " fma" : product == 2 ? " no-assist" : "");
               ASSERT_TRUE(rt::SameFloat(got, want)) << At<T>("ScaleRowDot", n, more);
               if (r.out == nullptr) {
                 ASSERT_TRUE(out.Check([](int64_t) { return T(); }, n)) << At<T>("ScaleRowDot", n, more);
@@ -635,8 +636,9 @@ HWY_NOINLINE void TestScaleDotToken() {
       for (int64_t count : {int64_t{1}, int64_t{3}, kTokenGroup}) {
         for (int scaled = 0; scaled < 2; ++scaled) {   // with scales (dots), without (copies only)
           for (int aligned = 0; aligned < 2; ++aligned) {  // outs start a cache line (streaming possible)
-            for (int form = 0; form < 4; ++form) {  // stores streamed or not, products by Mul or FMA
-              const bool stream = (form & 1) != 0, fma = (form & 2) != 0;
+            for (int form = 0; form < 6; ++form) {  // stores streamed or not; products by Mul, FMA, MulNoAssist
+              const bool stream = (form & 1) != 0;
+              const int product = form >> 1;  // ProductForm
               Buffer<T> g(n, 1, 0), g_next(n, 1, 0);
               g.Fill(rng, -8, 8, Specials::kNone);
               std::vector<Buffer<T>> outs, xs, bs, x_next;
@@ -667,8 +669,8 @@ HWY_NOINLINE void TestScaleDotToken() {
               constexpr bool kCan = CanStream<T>();
               const bool streamed = kCan && stream && all_aligned;
               const T* gn = g_next.row();
-              if (scaled) ScaleDotTokenAny<T, true>(streamed, fma, g.row(), gn, pairs, count, end, n, part);
-              else ScaleDotTokenAny<T, false>(streamed, fma, g.row(), gn, pairs, count, end, n, part);
+              if (scaled) ScaleDotTokenAny<T, true>(streamed, product, g.row(), gn, pairs, count, end, n, part);
+              else ScaleDotTokenAny<T, false>(streamed, product, g.row(), gn, pairs, count, end, n, part);
               for (int64_t m = 0; m < count; ++m) {
                 const size_t i = static_cast<size_t>(m);
                 ScaleDotRows<T> q;
@@ -678,13 +680,14 @@ HWY_NOINLINE void TestScaleDotToken() {
                 q.b = pairs[m].b;
                 const std::string more = "pair " + std::to_string(m) + " of " + std::to_string(count) +
                                          (scaled ? " scaled" : "") + (aligned ? " aligned" : "") +
-                                         (stream ? " stream" : "") + (fma ? " fma" : "");
+                                         (stream ? " stream" : "") +
+                                         (product == 1 ? " fma" : product == 2 ? " no-assist" : "");
                 if (scaled) {
-                  const float got = ScaleRowDot<T>(q, pairs[m].s, stream, n, end, part[m], fma);
+                  const float got = ScaleRowDot<T>(q, pairs[m].s, stream, n, end, part[m], product);
                   const float want = rt::RefDot(q.x, 1, q.b, 1, q.g, 1, n);
                   ASSERT_TRUE(rt::SameFloat(got, want)) << At<T>("ScaleDotToken", n, more);
                 } else if (q.out != nullptr && end < n) {
-                  ScaleRowDot<T>(q, 1.0f, stream, n, end, nullptr, fma);
+                  ScaleRowDot<T>(q, 1.0f, stream, n, end, nullptr, product);
                 }
                 hwy::FlushStream();
                 if (q.out == nullptr) {

@@ -108,16 +108,16 @@ void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t 
     if (next_count > 0) look_up(next0, next);
     const T* g_next = next_count > 0 && next0 / K != r ? p.grad_y.Row<const T>(next0 / K) : nullptr;
     bool aligned = true;
-    // bf16 with a large bias table: the FMA form throughout; else from the first underflow on.
-    const bool fma = fma_from_start || watch.seen();
+    // From the first underflow on MulNoAssist; until then bf16 with a large bias table takes the fused form.
+    const int form = FormAfter(watch, fma_from_start);
     for (int64_t m = 0; m < count; ++m) {
       pairs[m].x_next = m < next_count ? next[m].x : nullptr;
       pairs[m].prefetch_b = prefetch_bias && pairs[m].b != nullptr;
       pairs[m].b_next = prefetch_bias && m < next_count ? next[m].b : nullptr;
       if (pairs[m].out != nullptr && !StreamAligned(pairs[m].out)) aligned = false;
     }
-    if (has_scales) ScaleDotTokenAny<T, true>(stream && aligned, fma, g, g_next, pairs, count, end, H, part);
-    else ScaleDotTokenAny<T, false>(stream && aligned, fma, g, g_next, pairs, count, end, H, part);
+    if (has_scales) ScaleDotTokenAny<T, true>(stream && aligned, form, g, g_next, pairs, count, end, H, part);
+    else ScaleDotTokenAny<T, false>(stream && aligned, form, g, g_next, pairs, count, end, H, part);
     // Columns [end, H), and the dots summed up.
     for (int64_t m = 0; m < count; ++m) {
       ScaleDotRows<T> q;
@@ -126,13 +126,13 @@ void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t 
       q.x = pairs[m].x;
       q.b = pairs[m].b;
       if (!has_scales) {
-        if (q.out != nullptr && end < H) ScaleRowDot<T>(q, 1.0f, stream, H, end, nullptr, fma);
+        if (q.out != nullptr && end < H) ScaleRowDot<T>(q, 1.0f, stream, H, end, nullptr, form);
         continue;
       }
-      const float dot = ScaleRowDot<T>(q, pairs[m].s, stream, H, end, part[m], fma);
+      const float dot = ScaleRowDot<T>(q, pairs[m].s, stream, H, end, part[m], form);
       StoreWeight(p.grad_scales, i0 + m, p.weight_dtype, dot);
     }
-    // From the first underflowing product on, the products take the FMA form (underflow_watch.h).
+    // From the first underflowing product on, the products take MulNoAssist (underflow_watch.h).
     watch.Poll();
   }
 }

@@ -46,6 +46,42 @@ HWY_INLINE VF MulRounded(VF a, VF b) {
 #endif
 }
 
+// The product of two lanes of which one is tiny (0 < |v| < 2^-63) may be below fp32's normal range; two
+// factors of at least 2^-63 (or a zero) make a normal product, or zero.
+HWY_INLINE hn::Mask<DF> TinyLanes(VF v) {
+  const DF d;
+  const VF mag = hn::Abs(v);
+  return hn::And(hn::Lt(mag, hn::Set(d, 0x1p-63f)), hn::Gt(mag, hn::Zero(d)));
+}
+
+// a * b rounded once, bit for bit as hn::Mul rounds it, with no subnormal in or out of any float multiply: a
+// vector with a tiny lane (TinyLanes) takes those lanes' products in double, where the product of two floats
+// is exact (48 bits of 53, never below double's normal range) and rounds once to fp32 in the demotion,
+// subnormals included; its other lanes, and every lane of the other vectors, take MulRounded (the tiny lanes'
+// factors replaced by 1 there). On cores where a multiply whose product underflows takes a microcode assist
+// even in the fused form (an Intel Xeon of the Sapphire Rapids class: about 40 times a multiply), this keeps
+// tiny values near the speed of ordinary ones; the test in every multiply costs ordinary values, so the
+// gradients take it only once their UnderflowWatch has seen an underflow (row_ops_scale_dot-inl.h).
+HWY_INLINE VF MulNoAssist(VF a, VF b) {
+  const DF d;
+  hn::Mask<DF> tiny = hn::Or(TinyLanes(a), TinyLanes(b));
+  if (HWY_LIKELY(hn::AllFalse(d, tiny))) return MulRounded(a, b);
+  tiny = hn::And(tiny, hn::And(hn::IsFinite(a), hn::IsFinite(b)));  // a non-finite factor: the float multiply
+  const VF one = hn::Set(d, 1.0f);
+  const VF rest = MulRounded(hn::IfThenElse(tiny, one, a), hn::IfThenElse(tiny, one, b));
+#if HWY_TARGET == HWY_SCALAR
+  const VF exact = hn::Set(d, static_cast<float>(static_cast<double>(hn::GetLane(a)) *
+                                                 static_cast<double>(hn::GetLane(b))));
+#else
+  const hn::Half<DF> dh;
+  const hn::Repartition<double, DF> dd;
+  const auto lo = hn::Mul(hn::PromoteTo(dd, hn::LowerHalf(dh, a)), hn::PromoteTo(dd, hn::LowerHalf(dh, b)));
+  const auto hi = hn::Mul(hn::PromoteTo(dd, hn::UpperHalf(dh, a)), hn::PromoteTo(dd, hn::UpperHalf(dh, b)));
+  const VF exact = hn::Combine(d, hn::DemoteTo(dh, hi), hn::DemoteTo(dh, lo));
+#endif
+  return hn::IfThenElse(tiny, exact, rest);
+}
+
 // --- scalar element access ------------------------------------------------------------------------------
 HWY_INLINE float ToF32(float v) { return v; }
 HWY_INLINE float ToF32(hwy::bfloat16_t v) { return F32FromBF16Bits(v.bits); }

@@ -4,14 +4,16 @@
 // are bit-identical to ScaleRow + DotRow of row_ops-inl.h, which they replace on unit-stride rows: the same
 // products, the same 16 partial sums in the same order, the same fold.
 //
-// Their products go through Product<kFma>: hn::Mul, or with kFma MulRounded (row_ops-inl.h), the same bits.
-// The FMA form is immune to the slow path a multiply whose product underflows takes on some cores (AMD Zen 3:
-// DeepSeek-V3 bf16 finalize grad, --values tiny, 38% -> 54% and 50% -> 69% of copy), but costs the walks
-// without bias 10-20 points of copy on ordinary values there (16 AVX2 registers, which the token walk's
-// partial sums already fill). So the callers run kFma = false until their UnderflowWatch
-// (underflow_watch.h) reports an underflow, then kFma = true (ScaleDotTokenAny, ScaleRowDot's `fma`); a bf16
-// walk with a large bias table, which the FMA form made faster on ordinary values too, runs it throughout
-// (FmaFromTheStart).
+// Their products go through Product<kForm> (ProductForm): hn::Mul, MulRounded (the fused form) or MulNoAssist
+// (row_ops-inl.h), the same bits. The fused form is immune to the slow path a multiply whose product
+// underflows takes on some cores (AMD Zen 3: DeepSeek-V3 bf16 finalize grad, --values tiny, 38% -> 54% and 50%
+// -> 69% of copy), but costs the walks without bias 10-20 points of copy on ordinary values there (16 AVX2
+// registers, which the token walk's partial sums already fill); on an Intel Xeon (Sapphire Rapids class) the
+// fused form takes the slow path too, and only MulNoAssist, which keeps subnormals out of every float
+// multiply, avoids it. So the callers run the plain multiply until their UnderflowWatch (underflow_watch.h)
+// reports an underflow, then MulNoAssist (FormAfter; ScaleDotTokenAny's and ScaleRowDot's `form`); a bf16 walk
+// with a large bias table, which the fused form made faster on ordinary values too, runs the fused form
+// until then (FmaFromTheStart).
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(MOEGRAD_KERNELS_ROW_OPS_SCALE_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -33,14 +35,26 @@
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
 
-// a * b rounded once: hn::Mul, or with kFma MulRounded (immune to the slow underflow path; same bits).
-template <bool kFma>
+// How a loop takes its products, all rounded once to the same bits: kPlainMul hn::Mul, kFused MulRounded (the
+// fused form, spared the slow underflow path on AMD cores), kNoAssist MulNoAssist (no subnormal in or out of
+// any float multiply, for cores whose fused form has the slow path too).
+enum ProductForm : int { kPlainMul = 0, kFused = 1, kNoAssist = 2 };
+
+template <int kForm>
 HWY_INLINE VF Product(VF a, VF b) {
-  if constexpr (kFma) {
+  if constexpr (kForm == kNoAssist) {
+    return MulNoAssist(a, b);
+  } else if constexpr (kForm == kFused) {
     return MulRounded(a, b);
   } else {
     return hn::Mul(a, b);
   }
+}
+
+// The form after `watch`: kNoAssist once it has seen an underflow, else kFused when `fused` (a bf16 walk with a
+// large bias table: FmaFromTheStart), else kPlainMul.
+HWY_INLINE int FormAfter(const UnderflowWatch& watch, bool fused) {
+  return watch.seen() ? kNoAssist : fused ? kFused : kPlainMul;
 }
 
 // Whether a loop over rows of T watches for underflow at all: products of two fp16 values (at least 2^-24
@@ -75,7 +89,7 @@ struct ScaleDotRows {
 // ScaleRow; returns DotRow(x, 1, b, 1, g, 1, n) when kX or kB (x or b null as there), else 0. With start > 0
 // (a multiple of 16, at most n) columns [0, start) are taken as done: out is written from start on and the dot
 // continues from the 16 partial sums start_part those columns left.
-template <typename T, bool kStream, bool kOut, bool kX, bool kB, bool kFma>
+template <typename T, bool kStream, bool kOut, bool kX, bool kB, int kForm>
 HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n, int64_t start,
                                    const float* start_part) {
   const T* HWY_RESTRICT g = r.g;
@@ -104,14 +118,14 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
         VF v;
         if (kX && kB) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
         else v = LoadF32(d, kX ? x + o : b + o);
-        acc[q] = hn::Add(acc[q], Product<kFma>(v, vg));
+        acc[q] = hn::Add(acc[q], Product<kForm>(v, vg));
       }
-      if (kOut) PutF32<kStream>(d, Product<kFma>(vg, vs), out + o);
+      if (kOut) PutF32<kStream>(d, Product<kForm>(vg, vs), out + o);
     }
   }
   if (kOut) {
     // ScaleRow stores every whole vector with vector code and only the rest element by element.
-    for (; j + kL <= n; j += kL) PutF32<kStream>(d, Product<kFma>(LoadF32(d, g + j), vs), out + j);
+    for (; j + kL <= n; j += kL) PutF32<kStream>(d, Product<kForm>(LoadF32(d, g + j), vs), out + j);
     for (; j < n; ++j) out[j] = FromF32<T>(ToF32(g[j]) * s);
   }
   if (!kDot) return 0.0f;
@@ -131,31 +145,32 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
 
 // ScaleRowDotUnit for any out, x, b (null when absent; x only together with out, as in the gradient of a
 // weighted row), from column `start` on with the partial sums start_part (null: from 0); the stores of out
-// stream when `stream` and out is aligned for it; `fma` picks the FMA form of the products (same bits).
-template <typename T, bool kFma>
+// stream when `stream` and out is aligned for it; kForm is the products' ProductForm (same bits).
+template <typename T, int kForm>
 HWY_INLINE float ScaleRowDotAs(const ScaleDotRows<T>& r, float s, bool stream, int64_t n, int64_t start,
                                const float* start_part) {
   if (r.out == nullptr) {
-    if (r.b != nullptr) return ScaleRowDotUnit<T, false, false, false, true, kFma>(r, s, n, start, start_part);
+    if (r.b != nullptr) return ScaleRowDotUnit<T, false, false, false, true, kForm>(r, s, n, start, start_part);
     return 0.0f;
   }
   constexpr bool kCan = CanStream<T>();
   if (kCan && stream && StreamAligned(r.out)) {
-    if (r.x && r.b) return ScaleRowDotUnit<T, kCan, true, true, true, kFma>(r, s, n, start, start_part);
-    if (r.x) return ScaleRowDotUnit<T, kCan, true, true, false, kFma>(r, s, n, start, start_part);
-    return ScaleRowDotUnit<T, kCan, true, false, false, kFma>(r, s, n, start, start_part);
+    if (r.x && r.b) return ScaleRowDotUnit<T, kCan, true, true, true, kForm>(r, s, n, start, start_part);
+    if (r.x) return ScaleRowDotUnit<T, kCan, true, true, false, kForm>(r, s, n, start, start_part);
+    return ScaleRowDotUnit<T, kCan, true, false, false, kForm>(r, s, n, start, start_part);
   }
-  if (r.x && r.b) return ScaleRowDotUnit<T, false, true, true, true, kFma>(r, s, n, start, start_part);
-  if (r.x) return ScaleRowDotUnit<T, false, true, true, false, kFma>(r, s, n, start, start_part);
-  return ScaleRowDotUnit<T, false, true, false, false, kFma>(r, s, n, start, start_part);
+  if (r.x && r.b) return ScaleRowDotUnit<T, false, true, true, true, kForm>(r, s, n, start, start_part);
+  if (r.x) return ScaleRowDotUnit<T, false, true, true, false, kForm>(r, s, n, start, start_part);
+  return ScaleRowDotUnit<T, false, true, false, false, kForm>(r, s, n, start, start_part);
 }
 template <typename T>
 HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int64_t n, int64_t start = 0,
-                             const float* start_part = nullptr, bool fma = false) {
+                             const float* start_part = nullptr, int form = kPlainMul) {
   if constexpr (WatchesUnderflow<T>()) {
-    if (fma) return ScaleRowDotAs<T, true>(r, s, stream, n, start, start_part);
+    if (form == kNoAssist) return ScaleRowDotAs<T, kNoAssist>(r, s, stream, n, start, start_part);
+    if (form == kFused) return ScaleRowDotAs<T, kFused>(r, s, stream, n, start, start_part);
   }
-  return ScaleRowDotAs<T, false>(r, s, stream, n, start, start_part);
+  return ScaleRowDotAs<T, kPlainMul>(r, s, stream, n, start, start_part);
 }
 
 // --- all pairs of a token at once --------------------------------------------------------------------------
@@ -203,7 +218,7 @@ HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
 // its stores (rows of different pairs often share their address bits below 4 KiB, and a load behind a store
 // to such an address waits for it). Rows move two vectors at a time (LoadPair, PutPair: whole cache lines of
 // bf16 on AVX-512).
-template <bool kStream, bool kDot, bool kFma, typename T>
+template <bool kStream, bool kDot, int kForm, typename T>
 HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j, VF* acc) {
   constexpr size_t kSteps = TokenStepVecs<T>();
   constexpr size_t kVecs = 16 / hn::MaxLanes(DF());
@@ -222,12 +237,12 @@ HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j
       }
     }
     // Vector i holds columns [i * kL, (i + 1) * kL) of the step: partial sums i % kVecs.
-    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], Product<kFma>(v[i], gv[i]));
+    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], Product<kForm>(v[i], gv[i]));
   }
   if (p.out != nullptr) {
     const VF vs = hn::Set(d, p.s);
     for (size_t i = 0; i < kSteps; i += 2) {
-      PutPair<kStream>(Product<kFma>(gv[i], vs), Product<kFma>(gv[i + 1], vs),
+      PutPair<kStream>(Product<kForm>(gv[i], vs), Product<kForm>(gv[i + 1], vs),
                        p.out + j + static_cast<int64_t>(i) * kL);
     }
   }
@@ -238,7 +253,7 @@ HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j
 // kDot the 16 partial sums part[m] of pair m take (x + b) * g exactly as ScaleRowDotUnit's do (start from
 // zero), ready for ScaleRowDot to finish from `end`. g_next is the next token's gradY row (or null); both it and
 // the x_next rows are prefetched as the walk nears the end. With kStream every out is StreamAligned.
-template <typename T, bool kStream, bool kDot, bool kFma>
+template <typename T, bool kStream, bool kDot, int kForm>
 HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const TokenPairRows<T>* pairs,
                                 int64_t count, int64_t end, int64_t n, float (*part)[16]) {
   constexpr int64_t kStep = TokenStep<T>();
@@ -261,26 +276,28 @@ HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const 
     }
     VF gv[TokenStepVecs<T>()];
     LoadTokenStep(g, j, gv);
-    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot, kFma>(gv, pairs[m], j, acc[m]);
+    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot, kForm>(gv, pairs[m], j, acc[m]);
   }
   if (!kDot) return;
   for (int64_t m = 0; m < count; ++m) PairPartials<T>(acc[m], part[m]);
 }
 
-// ScaleDotToken with its stores streamed when `stream` (every out StreamAligned) and the FMA form of the
-// products when `fma`.
+// ScaleDotToken with its stores streamed when `stream` (every out StreamAligned) and its products in `form`
+// (ProductForm; fp16 loops always take the plain multiply).
 template <typename T, bool kDot>
-HWY_INLINE void ScaleDotTokenAny(bool stream, bool fma, const T* HWY_RESTRICT g, const T* g_next,
+HWY_INLINE void ScaleDotTokenAny(bool stream, int form, const T* HWY_RESTRICT g, const T* g_next,
                                  const TokenPairRows<T>* pairs, int64_t count, int64_t end, int64_t n,
                                  float (*part)[16]) {
   constexpr bool kCan = CanStream<T>();
-  constexpr bool kWatch = WatchesUnderflow<T>();
+  if (!WatchesUnderflow<T>()) form = kPlainMul;
   if (kCan && stream) {
-    if (kWatch && fma) ScaleDotToken<T, kCan, kDot, kWatch>(g, g_next, pairs, count, end, n, part);
-    else ScaleDotToken<T, kCan, kDot, false>(g, g_next, pairs, count, end, n, part);
+    if (form == kNoAssist) ScaleDotToken<T, kCan, kDot, kNoAssist>(g, g_next, pairs, count, end, n, part);
+    else if (form == kFused) ScaleDotToken<T, kCan, kDot, kFused>(g, g_next, pairs, count, end, n, part);
+    else ScaleDotToken<T, kCan, kDot, kPlainMul>(g, g_next, pairs, count, end, n, part);
   } else {
-    if (kWatch && fma) ScaleDotToken<T, false, kDot, kWatch>(g, g_next, pairs, count, end, n, part);
-    else ScaleDotToken<T, false, kDot, false>(g, g_next, pairs, count, end, n, part);
+    if (form == kNoAssist) ScaleDotToken<T, false, kDot, kNoAssist>(g, g_next, pairs, count, end, n, part);
+    else if (form == kFused) ScaleDotToken<T, false, kDot, kFused>(g, g_next, pairs, count, end, n, part);
+    else ScaleDotToken<T, false, kDot, kPlainMul>(g, g_next, pairs, count, end, n, part);
   }
 }
 

@@ -53,7 +53,7 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
       rows.g = g.Row<const T>(TokenOf(p, i));
       rows.out = dst;
       rows.x = xr;
-      p.dots[i] = ScaleRowDot(rows, WeightOf(p, i), stream, H, 0, nullptr, watch.seen());
+      p.dots[i] = ScaleRowDot(rows, WeightOf(p, i), stream, H, 0, nullptr, FormAfter(watch, false));
       watch.Poll();  // underflow_watch.h
       continue;
     }
@@ -119,20 +119,20 @@ void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool st
     const T* g_next = next.count > 0 && next.t != g.t ? p.grad.Row<const T>(next.t) : nullptr;
     TokenPairRows<T>* q = rows[cur];
     bool aligned = true;
-    const bool fma = watch.seen();
+    const int form = FormAfter(watch, false);
     for (int64_t m = 0; m < g.count; ++m) {
       q[m].x_next = m < next.count ? rows[cur ^ 1][m].x : nullptr;
       aligned = aligned && StreamAligned(q[m].out);
     }
-    ScaleDotTokenAny<T, true>(stream && aligned, fma, gr, g_next, q, g.count, end, H, part);
+    ScaleDotTokenAny<T, true>(stream && aligned, form, gr, g_next, q, g.count, end, H, part);
     for (int64_t m = 0; m < g.count; ++m) {
       ScaleDotRows<T> r;
       r.g = gr;
       r.out = q[m].out;
       r.x = q[m].x;
-      p.dots[pairs[cur][m]] = ScaleRowDot<T>(r, q[m].s, stream, H, end, part[m], fma);
+      p.dots[pairs[cur][m]] = ScaleRowDot<T>(r, q[m].s, stream, H, end, part[m], form);
     }
-    // From the first underflowing product on, the products take the FMA form (underflow_watch.h).
+    // From the first underflowing product on, the products take MulNoAssist (underflow_watch.h).
     watch.Poll();
     g = next;
   }
