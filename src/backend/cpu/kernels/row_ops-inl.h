@@ -34,10 +34,11 @@ using VF = hn::Vec<DF>;
 // rounds it once. Where the target has FMA the product goes through it because a multiply of normal
 // operands whose product underflows (a subnormal, or zero) takes a slow path on some cores with gradual
 // underflow (about 3x the time of a bf16 scale-and-dot loop on an AMD Zen 3 core; tiny gradients, `moegrad
-// bench --values tiny`), and the FMA does not. A NaN stays a NaN (its payload, when both operands are NaNs,
-// may come from either: NaN payloads are not part of the contract). The scale-and-dot loops of the gradients
-// (row_ops_scale_dot-inl.h) switch to it only once a product has underflowed (underflow_watch.h); DotRow keeps
-// hn::Mul.
+// bench --values tiny`), and there the FMA does not; on an Intel Xeon of the Sapphire Rapids class it does
+// too (MulNoAssist, below, avoids it). A NaN stays a NaN (its payload, when both operands are NaNs, may come
+// from either: NaN payloads are not part of the contract). The scale-and-dot loops of the gradients
+// (row_ops_scale_dot-inl.h) take the plain multiply, and MulNoAssist once a product has underflowed
+// (underflow_watch.h); DotRow keeps hn::Mul.
 HWY_INLINE VF MulRounded(VF a, VF b) {
 #if HWY_NATIVE_FMA
   return hn::MulAdd(a, b, hn::Set(DF(), -0.0f));

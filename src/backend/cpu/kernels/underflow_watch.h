@@ -2,13 +2,14 @@
 // sticky flags of the x86 MXCSR register; the scale-and-dot loops of the gradients use it to pick their
 // multiply (row_ops_scale_dot-inl.h).
 //
-// On some x86 cores (AMD Zen 3 measured) a vector multiply of normal operands whose product underflows takes
-// a slow path, about 3x the time of a bf16 scale-and-dot loop; a fused multiply-add of the same operands with
-// -0 as addend rounds to the same bits without it, but costs most of those loops 10-20 points of copy
-// bandwidth on ordinary values (they already fill the 16 AVX2 registers). So a loop runs the plain multiply
-// until the underflow flag says a product has underflowed, and from then on the FMA form: the same bits either
-// way, only the speed differs (bf16 walks with a large bias table take the FMA form throughout:
-// FmaFromTheStart in row_ops_scale_dot-inl.h). Elsewhere (ARM, no MXCSR) seen() is always false.
+// On some x86 cores a vector multiply whose product underflows takes a slow path: about 3x the time of a bf16
+// scale-and-dot loop on AMD Zen 3 (where the fused multiply-add is spared), about 40x a multiply on an Intel
+// Xeon of the Sapphire Rapids class (the fused form too). MulNoAssist (row_ops-inl.h) keeps subnormals out of
+// every float multiply and rounds to the same bits, but its test in every multiply costs ordinary values. So a
+// loop runs the plain multiply (bf16 walks with a large bias table the fused form: FmaFromTheStart in
+// row_ops_scale_dot-inl.h) until the underflow flag says a product has underflowed, and from then on
+// MulNoAssist: the same bits either way, only the speed differs. Elsewhere (ARM, no MXCSR) seen() is always
+// false.
 //
 // The caller's flags are kept: the watch clears the underflow and denormal-operand flags when it begins and,
 // when it ends, sets again those that were set before, so the thread's flags afterwards are exactly those the
@@ -51,7 +52,7 @@ class UnderflowWatch {
     if (enabled_ && !seen_) seen_ = (_mm_getcsr() & kFlags) != 0;
 #endif
   }
-  // Whether an underflow was seen by the last Poll(): the loops then take the FMA form.
+  // Whether an underflow was seen by the last Poll(): the loops then take MulNoAssist.
   bool seen() const { return seen_; }
 
  private:
