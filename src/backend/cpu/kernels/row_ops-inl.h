@@ -34,7 +34,7 @@ using VF = hn::Vec<DF>;
 // rounds it once. Where the target has FMA the product goes through it because a multiply of normal
 // operands whose product underflows (a subnormal, or zero) takes a slow path on some cores with gradual
 // underflow (about 3x the time of a bf16 scale-and-dot loop on an AMD Zen 3 core; tiny gradients, `moegrad
-// bench --values tiny`), and there the FMA does not; on an Intel Xeon of the Sapphire Rapids class it does
+// bench --values tiny`), and there the FMA does not; on an Intel Xeon with AVX-512 and AMX it does
 // too (MulNoAssist, below, avoids it). A NaN stays a NaN (its payload, when both operands are NaNs, may come
 // from either: NaN payloads are not part of the contract). The scale-and-dot loops of the gradients
 // (row_ops_scale_dot-inl.h) take the plain multiply, and MulNoAssist once a product has underflowed
@@ -60,8 +60,8 @@ HWY_INLINE hn::Mask<DF> TinyLanes(VF v) {
 // is exact (48 bits of 53, never below double's normal range) and rounds once to fp32 in the demotion,
 // subnormals included; its other lanes, and every lane of the other vectors, take MulRounded (the tiny lanes'
 // factors replaced by 1 there). On cores where a multiply whose product underflows takes a microcode assist
-// even in the fused form (an Intel Xeon of the Sapphire Rapids class: about 40 times a multiply), this keeps
-// tiny values near the speed of ordinary ones; the test in every multiply costs ordinary values, so the
+// even in the fused form (an Intel Xeon with AVX-512 and AMX: about 40 times a multiply), this keeps tiny
+// values within a few times the speed of ordinary ones rather than tens of times; the test in every multiply costs ordinary values, so the
 // gradients take it only once their UnderflowWatch has seen an underflow (row_ops_scale_dot-inl.h).
 HWY_INLINE VF MulNoAssist(VF a, VF b) {
   const DF d;

@@ -8,7 +8,7 @@
 // (row_ops-inl.h), the same bits. The fused form is immune to the slow path a multiply whose product
 // underflows takes on some cores (AMD Zen 3: DeepSeek-V3 bf16 finalize grad, --values tiny, 38% -> 54% and 50%
 // -> 69% of copy), but costs the walks without bias 10-20 points of copy on ordinary values there (16 AVX2
-// registers, which the token walk's partial sums already fill); on an Intel Xeon (Sapphire Rapids class) the
+// registers, which the token walk's partial sums already fill); on an Intel Xeon with AVX-512 and AMX the
 // fused form takes the slow path too, and only MulNoAssist, which keeps subnormals out of every float
 // multiply, avoids it. So the callers run the plain multiply until their UnderflowWatch (underflow_watch.h)
 // reports an underflow, then MulNoAssist (FormAfter; ScaleDotTokenAny's and ScaleRowDot's `form`); a bf16 walk

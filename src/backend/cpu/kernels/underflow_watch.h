@@ -4,7 +4,7 @@
 //
 // On some x86 cores a vector multiply whose product underflows takes a slow path: about 3x the time of a bf16
 // scale-and-dot loop on AMD Zen 3 (where the fused multiply-add is spared), about 40x a multiply on an Intel
-// Xeon of the Sapphire Rapids class (the fused form too). MulNoAssist (row_ops-inl.h) keeps subnormals out of
+// Xeon with AVX-512 and AMX (the fused form too). MulNoAssist (row_ops-inl.h) keeps subnormals out of
 // every float multiply and rounds to the same bits, but its test in every multiply costs ordinary values. So a
 // loop runs the plain multiply (bf16 walks with a large bias table the fused form: FmaFromTheStart in
 // row_ops_scale_dot-inl.h) until the underflow flag says a product has underflowed, and from then on
