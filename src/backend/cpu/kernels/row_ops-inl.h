@@ -61,8 +61,9 @@ HWY_INLINE hn::Mask<DF> TinyLanes(VF v) {
 // subnormals included; its other lanes, and every lane of the other vectors, take MulRounded (the tiny lanes'
 // factors replaced by 1 there). On cores where a multiply whose product underflows takes a microcode assist
 // even in the fused form (an Intel Xeon with AVX-512 and AMX: about 40 times a multiply), this keeps tiny
-// values within a few times the speed of ordinary ones rather than tens of times; the test in every multiply costs ordinary values, so the
-// gradients take it only once their UnderflowWatch has seen an underflow (row_ops_scale_dot-inl.h).
+// values within a few times the speed of ordinary ones rather than tens of times; the test in every multiply
+// costs ordinary values, so the gradients take it only once their UnderflowWatch has seen an underflow
+// (row_ops_scale_dot-inl.h).
 HWY_INLINE VF MulNoAssist(VF a, VF b) {
   const DF d;
   hn::Mask<DF> tiny = hn::Or(TinyLanes(a), TinyLanes(b));
