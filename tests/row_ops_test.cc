@@ -34,6 +34,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace moegrad::row_ops_test {
@@ -706,6 +707,159 @@ HWY_NOINLINE void TestScaleDotToken() {
   });
 }
 
+// --- products without a microcode assist ---------------------------------------------------------------
+
+// Factor pairs for the assist-free products, in blocks of 16 lanes (a whole number of vectors on every
+// target) of one kind each, so that every branch is taken: ordinary products; products below fp32's
+// smallest normal 2^-126, down past 2^-150 (zero), half of them on a rounding tie of the subnormal grid
+// ((2m + 1) * 2^-150); products within a few binades of 2^-126 either side; and a mix of all of these with
+// zeros, subnormals, infinities, NaNs and the largest float.
+inline float TinyTestFactor(std::mt19937& rng, int emin, int emax) {
+  return rt::RandomValue<float>(rng, emin, emax, Specials::kNone);
+}
+inline void NoAssistPair(std::mt19937& rng, int kind, float* a, float* b) {
+  const uint32_t r = rng();
+  const bool mixed = kind == 3;
+  if (mixed) kind = static_cast<int>(r % 3);
+  if (mixed && (r >> 4) % 4 == 0) {  // a special factor
+    const uint32_t sign = (r >> 8) & 1u;
+    const uint32_t picks[6] = {0u, 0x00000001u, 0x7f800000u, 0x7f7fffffu, 0x7fc01234u,
+                               static_cast<uint32_t>(rng() & 0x007fffffu)};
+    *a = F32FromBits((sign << 31) | picks[(r >> 9) % 6]);
+    *b = TinyTestFactor(rng, -130, 10);
+    if ((r >> 12) & 1u) std::swap(*a, *b);
+    return;
+  }
+  switch (kind) {
+    case 0:
+      *a = TinyTestFactor(rng, -20, 20);
+      *b = TinyTestFactor(rng, -20, 20);
+      return;
+    case 1: {
+      if ((r >> 3) & 1u) {  // a tie: (2m + 1) * 2^-23 times 2^-127
+        const uint32_t m = rng() & 0x3fffffu;
+        *a = std::ldexp(static_cast<float>(2 * m + 1), -23) * (((r >> 5) & 1u) ? -1.0f : 1.0f);
+        *b = std::ldexp(1.0f, -127);
+      } else {
+        const int ea = -100 + static_cast<int>(rng() % 81);  // [-100, -20]
+        const int total = -175 + static_cast<int>(rng() % 49);  // [-175, -127]
+        *a = TinyTestFactor(rng, ea, ea);
+        *b = TinyTestFactor(rng, total - ea, total - ea);
+      }
+      if ((r >> 6) & 1u) std::swap(*a, *b);
+      return;
+    }
+    default: {
+      const int ea = -100 + static_cast<int>(rng() % 101);
+      const int total = -129 + static_cast<int>(rng() % 6);  // [-129, -124]
+      *a = TinyTestFactor(rng, ea, ea);
+      *b = TinyTestFactor(rng, total - ea, total - ea);
+      return;
+    }
+  }
+}
+
+inline ::testing::AssertionResult SameProduct(float got, float a, float b) {
+  volatile float x = a;  // the scalar multiply at run time, not folded
+  const float want = x * b;
+  if (F32Bits(got) == F32Bits(want) || (std::isnan(got) && std::isnan(want))) return ::testing::AssertionSuccess();
+  char msg[160];
+  std::snprintf(msg, sizeof(msg), "%a * %a: got %a (0x%08x), want %a (0x%08x)", a, b, got, F32Bits(got), want,
+                F32Bits(want));
+  return ::testing::AssertionFailure() << msg;
+}
+
+// MulNoAssist and MulScaleNoAssist (with NoAssistLimit) round every product exactly as the scalar multiply:
+// subnormal results, ties of the subnormal grid, products that round up to 2^-126, signed zeros, specials.
+HWY_NOINLINE void TestMulNoAssist() {
+  const DF d;
+  const size_t lanes = hn::Lanes(d);
+  constexpr size_t kCount = size_t{1} << 16;
+  std::mt19937 rng(29);
+  auto a = hwy::AllocateAligned<float>(kCount);
+  auto b = hwy::AllocateAligned<float>(kCount);
+  auto out = hwy::AllocateAligned<float>(kCount);
+  for (size_t i = 0; i < kCount; ++i) NoAssistPair(rng, static_cast<int>((i / 16) % 4), &a[i], &b[i]);
+  for (size_t i = 0; i < kCount; i += lanes) {
+    hn::Store(MulNoAssist(hn::Load(d, a.get() + i), hn::Load(d, b.get() + i)), d, out.get() + i);
+  }
+  for (size_t i = 0; i < kCount; ++i) ASSERT_TRUE(SameProduct(out[i], a[i], b[i])) << "MulNoAssist lane " << i;
+  // One factor for a whole vector: that of its first lane, with every other lane's a.
+  for (size_t i = 0; i < kCount; i += lanes) {
+    const float s = b[i];
+    hn::Store(MulScaleNoAssist(hn::Load(d, a.get() + i), hn::Set(d, s), hn::Set(d, NoAssistLimit(s))), d,
+              out.get() + i);
+  }
+  for (size_t i = 0; i < kCount; ++i) {
+    ASSERT_TRUE(SameProduct(out[i], a[i], b[i / lanes * lanes])) << "MulScaleNoAssist lane " << i;
+  }
+}
+
+// SumTermsUnit and AddGroup give the scalar model's bits, rne((x_0 + b_0) * s_0 + (x_1 + b_1) * s_1 + ...)
+// left to right, in the fused form and in the assist-free form a walk takes after an underflow, on ordinary
+// values and on values whose products fall below fp32's normal range.
+HWY_NOINLINE void TestSumTermsForms() {
+  ForEachType([&](auto zero) {
+    using T = decltype(zero);
+    std::mt19937 rng(31);
+    // Tiny rows: values near 2^-70 (fp16: its smallest normals) times scales that take products below 2^-126.
+    const bool f16 = hwy::IsSame<T, hwy::float16_t>();
+    for (int64_t n : rt::Lengths()) {
+      for (int count : {1, 2, 5, 16}) {
+        for (bool bias : {false, true}) {
+          for (bool tiny : {false, true}) {
+            std::vector<Buffer<T>> xs, bs;
+            std::vector<Term<T>> terms;
+            for (int m = 0; m < count; ++m) {
+              xs.emplace_back(n, 1, 0);
+              bs.emplace_back(n, 1, 0);
+              const Specials sp = m == 0 ? Specials::kNoNaN : Specials::kNone;
+              if (tiny) {
+                xs.back().Fill(rng, f16 ? -14 : -72, f16 ? -12 : -60, sp);
+                bs.back().Fill(rng, f16 ? -14 : -72, f16 ? -12 : -60, Specials::kNone);
+              } else {
+                xs.back().Fill(rng, -8, 8, sp);
+                bs.back().Fill(rng, -8, 8, Specials::kNone);
+              }
+              const int e = tiny ? (f16 ? -118 : -70) + static_cast<int>(rng() % 10) : static_cast<int>(rng() % 5) - 2;
+              float s = std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 999.0f, e);
+              if (rng() % 8 == 0) s = -s;
+              if (rng() % 16 == 0) s = 0.0f;
+              terms.push_back({xs.back().row(), 1, bias ? bs.back().row() : nullptr, 1, s, m != 0 || count == 1});
+            }
+            auto expected = [&](int64_t j) {
+              float acc = 0.0f;
+              for (int m = 0; m < count; ++m) {
+                const Term<T>& t = terms[static_cast<size_t>(m)];
+                float v = rt::Widen(t.x[j]);
+                if (t.b != nullptr) v = v + rt::Widen(t.b[j]);
+                if (t.scaled) v = v * t.s;
+                acc = m == 0 ? v : acc + v;
+              }
+              return rt::Narrow<T>(acc);
+            };
+            const std::string more = "count " + std::to_string(count) + (bias ? " bias" : "") + (tiny ? " tiny" : "");
+            HWY_ALIGN float acc[kTile];
+            auto check = [&](auto form) {
+              constexpr int kForm = decltype(form)::value;
+              const std::string what = more + (kForm == kNoAssist ? " no-assist" : " fused");
+              Buffer<T> dst(n, 1, 0);
+              SumTermsUnit<T, false, false, false, kForm>(terms.data(), count, nullptr, 0, dst.row(), n);
+              ASSERT_TRUE(dst.Check(expected)) << At<T>("SumTermsUnit", n, what);
+              if (n > kTile) return;
+              Buffer<T> tile(n, 1, 0);
+              AddGroup<kForm>(terms.data(), count, true, true, acc, tile.row(), 1, n, true);
+              ASSERT_TRUE(tile.Check(expected)) << At<T>("AddGroup", n, what);
+            };
+            check(std::integral_constant<int, kFused>());
+            check(std::integral_constant<int, kNoAssist>());
+          }
+        }
+      }
+    }
+  });
+}
+
 }  // namespace moegrad::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -723,6 +877,8 @@ HWY_EXPORT_AND_TEST_P(RowOpsTest, TestGatherSums);
 HWY_EXPORT_AND_TEST_P(RowOpsTest, TestDotRow);
 HWY_EXPORT_AND_TEST_P(RowOpsTest, TestScaleRowDot);
 HWY_EXPORT_AND_TEST_P(RowOpsTest, TestScaleDotToken);
+HWY_EXPORT_AND_TEST_P(RowOpsTest, TestMulNoAssist);
+HWY_EXPORT_AND_TEST_P(RowOpsTest, TestSumTermsForms);
 
 // The targets the tests above run on: those this machine supports among those compiled.
 TEST(RowOpsTargets, ListsTheTargetsTested) {

@@ -240,11 +240,12 @@ TEST(SpecialValues, SignedZeroAndSubnormalResultsAreExact) {
 }
 
 // --- underflowing products ----------------------------------------------------------------------------------
-// The gradients' scale-and-dot loops multiply with hn::Mul until a product underflows, then with the FMA form
-// (src/backend/cpu/kernels/underflow_watch.h): tiny values switch at the first token, mixed ones within the
-// first groups, so each call below runs both forms. The results are the reference's, bit for bit (gradScales
-// and the probability gradients within the documented dot bound), on every SIMD target, whole token steps
-// and a tail, every token/weight dtype pair that can underflow, both modes.
+// The gradients' scale-and-dot loops multiply with hn::Mul, the forward walks of weighted rows with the FMA
+// form, until a product underflows, then with MulNoAssist / MulScaleNoAssist, which keep subnormals out of
+// every float multiply (src/backend/cpu/kernels/underflow_watch.h): tiny values switch at the first token,
+// mixed ones within the first groups, so each call below runs both forms. The results are the reference's, bit
+// for bit (gradScales and the probability gradients within the documented dot bound), on every SIMD target,
+// whole token steps and a tail, every token/weight dtype pair that can underflow, both modes.
 template <typename Config>
 void UnderflowingCasesAgree(Config c, const char* name) {
   const std::pair<DType, DType> dtypes[] = {{DType::kFloat32, DType::kFloat32},
@@ -266,6 +267,12 @@ void UnderflowingCasesAgree(Config c, const char* name) {
             if constexpr (std::is_same_v<Config, tool::FinalizeRoutingV2GradConfig>) {
               c.mode = drop_pad ? 1 : 0;
               c.bias = !drop_pad;
+            } else if constexpr (std::is_same_v<Config, tool::FinalizeRoutingV2Config>) {
+              c.mode = drop_pad ? 3 : 2;
+              c.bias = !drop_pad;
+              c.x1 = drop_pad;  // an unscaled term before the pairs
+            } else if constexpr (std::is_same_v<Config, tool::TokenUnpermuteWithRoutingMapConfig>) {
+              c.padded_mode = drop_pad;
             } else {
               c.drop_and_pad = drop_pad;
             }
@@ -289,6 +296,14 @@ TEST(SpecialValues, UnderflowingProductsAgreeWithReferenceInFinalizeRoutingV2Gra
 
 TEST(SpecialValues, UnderflowingProductsAgreeWithReferenceInTokenUnpermuteWithRoutingMapGrad) {
   UnderflowingCasesAgree(tool::TokenUnpermuteWithRoutingMapGradConfig{}, "MoeTokenUnpermuteWithRoutingMapGrad");
+}
+
+TEST(SpecialValues, UnderflowingProductsAgreeWithReferenceInFinalizeRoutingV2) {
+  UnderflowingCasesAgree(tool::FinalizeRoutingV2Config{}, "MoeFinalizeRoutingV2");
+}
+
+TEST(SpecialValues, UnderflowingProductsAgreeWithReferenceInTokenUnpermuteWithRoutingMap) {
+  UnderflowingCasesAgree(tool::TokenUnpermuteWithRoutingMapConfig{}, "MoeTokenUnpermuteWithRoutingMap");
 }
 
 // MoeFinalizeRoutingV2Grad in bf16 with a bias table of 256 KiB or more takes the FMA form from its first token

@@ -6,3 +6,4 @@
 #include "src/backend/cpu/kernels/row_ops_pair-inl.h"
 #include "src/backend/cpu/kernels/row_ops_scale_dot-inl.h"
 #include "src/backend/cpu/kernels/row_ops_stream-inl.h"
+#include "src/backend/cpu/kernels/row_ops_terms-inl.h"

@@ -9,6 +9,7 @@
 #include "src/backend/cpu/kernels/row_ops_pair-inl.h"
 #include "src/backend/cpu/kernels/row_ops_stream-inl.h"
 #include "src/backend/cpu/kernels/row_ops_terms-inl.h"
+#include "src/backend/cpu/kernels/underflow_watch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
@@ -36,6 +37,8 @@ void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
   // With at most kGroup terms a row's terms always fit in one group: the whole row in one pass.
   const bool whole_rows = unit && cursor_end <= kGroup;
   internal::ParallelFor(0, R, grain, [&](int64_t begin, int64_t end) {
+    // The products take the fused form until an underflow is seen, then MulScaleNoAssist (underflow_watch.h).
+    UnderflowWatch watch(WatchesUnderflow<T>());
     HWY_ALIGN float acc[kTile];
     Term<T> terms[kGroup];
     Term<T> rows_terms[2][kGroup];  // whole rows: this row's terms and the next row's
@@ -83,11 +86,17 @@ void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
         }
         const Term<T>* these = rows_terms[cur];
         const int count = rows_count[cur];
-        if (CanStream<T>() && stream && StreamAligned(dst)) {
-          SumTermsUnit<T, CanStream<T>()>(these, count, rows_terms[cur ^ 1], rows_count[cur ^ 1], dst, H);
-        } else {
-          SumTermsUnit<T, false>(these, count, rows_terms[cur ^ 1], rows_count[cur ^ 1], dst, H);
-        }
+        const Term<T>* next = rows_terms[cur ^ 1];
+        const int next_count = rows_count[cur ^ 1];
+        WithTermForm(watch.seen(), [&](auto form) {
+          constexpr int kForm = decltype(form)::value;
+          if (CanStream<T>() && stream && StreamAligned(dst)) {
+            SumTermsUnit<T, CanStream<T>(), false, false, kForm>(these, count, next, next_count, dst, H);
+          } else {
+            SumTermsUnit<T, false, false, false, kForm>(these, count, next, next_count, dst, H);
+          }
+        });
+        watch.Poll();
         cur ^= 1;
         continue;
       }
@@ -98,11 +107,15 @@ void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
         for (;;) {
           const int count = collect();
           const bool last = cursor >= cursor_end;
-          AddGroup<T>(terms, count, first, last, acc, dst + j0 * p.out.col_stride, p.out.col_stride, n, unit);
+          WithTermForm(watch.seen(), [&](auto form) {
+            AddGroup<decltype(form)::value>(terms, count, first, last, acc, dst + j0 * p.out.col_stride,
+                                            p.out.col_stride, n, unit);
+          });
           if (last) break;
           first = false;
         }
       }
+      watch.Poll();
     }
     if (stream) hwy::FlushStream();
   });

@@ -14,8 +14,10 @@
 #define MOEGRAD_KERNELS_ROW_OPS_INL_H_
 #endif
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "hwy/highway.h"
 #include "src/backend/cpu/kernels/kernel_types.h"
@@ -37,8 +39,8 @@ using VF = hn::Vec<DF>;
 // bench --values tiny`), and there the FMA does not; on an Intel Xeon with AVX-512 and AMX it does
 // too (MulNoAssist, below, avoids it). A NaN stays a NaN (its payload, when both operands are NaNs, may come
 // from either: NaN payloads are not part of the contract). The scale-and-dot loops of the gradients
-// (row_ops_scale_dot-inl.h) take the plain multiply, and MulNoAssist once a product has underflowed
-// (underflow_watch.h); DotRow keeps hn::Mul.
+// (row_ops_scale_dot-inl.h) take the plain multiply, the forward walks (row_ops_terms-inl.h) this one, and both
+// MulNoAssist / MulScaleNoAssist once a product has underflowed (underflow_watch.h); DotRow keeps hn::Mul.
 HWY_INLINE VF MulRounded(VF a, VF b) {
 #if HWY_NATIVE_FMA
   return hn::MulAdd(a, b, hn::Set(DF(), -0.0f));
@@ -55,33 +57,137 @@ HWY_INLINE hn::Mask<DF> TinyLanes(VF v) {
   return hn::And(hn::Lt(mag, hn::Set(d, 0x1p-63f)), hn::Gt(mag, hn::Zero(d)));
 }
 
-// a * b rounded once, bit for bit as hn::Mul rounds it, with no subnormal in or out of any float multiply: a
-// vector with a tiny lane (TinyLanes) takes those lanes' products in double, where the product of two floats
-// is exact (48 bits of 53, never below double's normal range) and rounds once to fp32 in the demotion,
-// subnormals included; its other lanes, and every lane of the other vectors, take MulRounded (the tiny lanes'
-// factors replaced by 1 there). On cores where a multiply whose product underflows takes a microcode assist
-// even in the fused form (an Intel Xeon with AVX-512 and AMX: about 40 times a multiply), this keeps tiny
-// values within a few times the speed of ordinary ones rather than tens of times; the test in every multiply
-// costs ordinary values, so the gradients take it only once their UnderflowWatch has seen an underflow
-// (row_ops_scale_dot-inl.h).
+// a * b rounded once, taken in double: the product of two floats is exact there (48 bits of 53, never below
+// double's normal range) and rounds once to fp32 in the demotion, subnormals included, with no float multiply.
+HWY_INLINE VF MulInDouble(VF a, VF b) {
+#if HWY_TARGET == HWY_SCALAR
+  return hn::Set(DF(), static_cast<float>(static_cast<double>(hn::GetLane(a)) * static_cast<double>(hn::GetLane(b))));
+#else
+  const DF d;
+  const hn::Half<DF> dh;
+  const hn::Repartition<double, DF> dd;
+  const auto lo = hn::Mul(hn::PromoteTo(dd, hn::LowerHalf(dh, a)), hn::PromoteTo(dd, hn::LowerHalf(dh, b)));
+  const auto hi = hn::Mul(hn::PromoteTo(dd, hn::UpperHalf(dh, a)), hn::PromoteTo(dd, hn::UpperHalf(dh, b)));
+  return hn::Combine(d, hn::DemoteTo(dh, hi), hn::DemoteTo(dh, lo));
+#endif
+}
+
+// Products below fp32's normal range without a subnormal in or out of any float operation, by a fused
+// multiply-add with a normal result: y = fma(a, b, c) with c = 2^-126 carrying the product's sign is
+// sign * rne(2^-126 + |a * b|), and for |a * b| < 2^-126 that sum lies in [2^-126, 2^-125], whose floats are
+// spaced 2^-149 apart exactly as the subnormals are: rounding it is rounding |a * b| to the subnormal grid,
+// ties to even included (2^-126 is an even number of steps), once. Its bits less those of 2^-126 are then the
+// bits of rne(a * b), the sign kept (a zero product gives c itself: a zero of the product's sign), and 2^-125
+// (a product that rounds up to the smallest normal) gives 2^-126. `below` is set where |y| < 2^-125, where
+// |a * b| < 2^-126 for certain; elsewhere the bits are not the product's.
+#undef MOEGRAD_ROW_OPS_SUBNORMAL_FMA  // per target
+#if HWY_NATIVE_FMA
+#define MOEGRAD_ROW_OPS_SUBNORMAL_FMA 1
+HWY_INLINE VF MulBelowNormal(VF a, VF b, hn::Mask<DF>* below) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const VF c = hn::Or(hn::And(hn::Xor(a, b), hn::SignBit(d)), hn::Set(d, 0x1p-126f));
+  const VF y = hn::MulAdd(a, b, c);
+  *below = hn::Lt(hn::Abs(y), hn::Set(d, 0x1p-125f));
+  return hn::BitCast(d, hn::Sub(hn::BitCast(du, y), hn::Set(du, 0x00800000u)));
+}
+#else
+#define MOEGRAD_ROW_OPS_SUBNORMAL_FMA 0
+#endif
+
+// a * b rounded once, bit for bit as hn::Mul rounds it, with no subnormal in or out of any float multiply. On
+// cores where a multiply whose product underflows takes a microcode assist even in the fused form (an Intel
+// Xeon with AVX-512 and AMX: about 40 times a multiply), this keeps tiny values near the speed of ordinary
+// ones rather than tens of times slower; its test in every multiply costs ordinary values, so the loops take it
+// only once their UnderflowWatch has seen an underflow (row_ops_scale_dot-inl.h, row_ops_terms-inl.h).
+// With FMA the lanes whose product is below the normal range take MulBelowNormal's bits, the others MulRounded
+// (with a zero for the tiny lanes' factor); without, a vector with a tiny lane (TinyLanes) takes those lanes'
+// products in double (MulInDouble). A non-finite factor always goes through the float multiply.
 HWY_INLINE VF MulNoAssist(VF a, VF b) {
   const DF d;
+#if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
+  hn::Mask<DF> tiny;
+  const VF exact = MulBelowNormal(a, b, &tiny);
+  if (HWY_LIKELY(hn::AllFalse(d, tiny))) return MulRounded(a, b);
+  if (hn::AllTrue(d, tiny)) return exact;
+  return hn::IfThenElse(tiny, exact, MulRounded(hn::IfThenZeroElse(tiny, a), b));
+#else
   hn::Mask<DF> tiny = hn::Or(TinyLanes(a), TinyLanes(b));
   if (HWY_LIKELY(hn::AllFalse(d, tiny))) return MulRounded(a, b);
   tiny = hn::And(tiny, hn::And(hn::IsFinite(a), hn::IsFinite(b)));  // a non-finite factor: the float multiply
   const VF one = hn::Set(d, 1.0f);
   const VF rest = MulRounded(hn::IfThenElse(tiny, one, a), hn::IfThenElse(tiny, one, b));
-#if HWY_TARGET == HWY_SCALAR
-  const VF exact = hn::Set(d, static_cast<float>(static_cast<double>(hn::GetLane(a)) *
-                                                 static_cast<double>(hn::GetLane(b))));
-#else
-  const hn::Half<DF> dh;
-  const hn::Repartition<double, DF> dd;
-  const auto lo = hn::Mul(hn::PromoteTo(dd, hn::LowerHalf(dh, a)), hn::PromoteTo(dd, hn::LowerHalf(dh, b)));
-  const auto hi = hn::Mul(hn::PromoteTo(dd, hn::UpperHalf(dh, a)), hn::PromoteTo(dd, hn::UpperHalf(dh, b)));
-  const VF exact = hn::Combine(d, hn::DemoteTo(dh, hi), hn::DemoteTo(dh, lo));
+  return hn::IfThenElse(tiny, MulInDouble(a, b), rest);
 #endif
-  return hn::IfThenElse(tiny, exact, rest);
+}
+
+// The products v * s of a row by one factor s, MulNoAssist's bits and guarantee for a factor shared by every
+// lane at the cost of one compare per vector of ordinary values: NoAssistLimit(s) is a magnitude such that
+// every |v| below it makes |v * s| < 2^-126 and every |v| at or above it a normal product (or an infinite or
+// NaN one; or, for a subnormal v and |s| > 1, a normal product of a subnormal factor), rounded up past the
+// exact boundary by less than fp32 can tell: 0 when s is 0, infinite or NaN (no lane is below), infinite when
+// the quotient is beyond fp32's range. Lanes below it take MulBelowNormal (MulInDouble without FMA).
+HWY_INLINE float NoAssistLimit(float s) {
+  constexpr double kMinNormal = 0x1p-126;
+  constexpr double kMaxFloat = static_cast<double>(std::numeric_limits<float>::max());
+  const double mag = std::fabs(static_cast<double>(s));
+  if (!(mag > 0.0) || mag > kMaxFloat) return 0.0f;
+  // kMinNormal / mag rounds with a relative error below 2^-52; the margin takes it past the exact quotient (a
+  // lane between the two makes a product within 2^-40 of 2^-126 relatively, which rounds to 2^-126 either way),
+  // and the conversion to float is rounded up.
+  const double q = kMinNormal / mag * (1.0 + 0x1p-40);
+  if (q > kMaxFloat) return std::numeric_limits<float>::infinity();
+  float f = static_cast<float>(q);
+  if (static_cast<double>(f) < q) f = std::nextafter(f, std::numeric_limits<float>::infinity());
+  return f;
+}
+HWY_INLINE VF MulScaleNoAssist(VF v, VF s, VF limit) {
+  const DF d;
+  const hn::Mask<DF> tiny = hn::Lt(hn::Abs(v), limit);  // false for a NaN: the float multiply
+  if (HWY_LIKELY(hn::AllFalse(d, tiny))) return MulRounded(v, s);
+#if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
+  hn::Mask<DF> below;  // the same lanes as tiny
+  const VF exact = MulBelowNormal(v, s, &below);
+#else
+  const VF exact = MulInDouble(v, s);
+#endif
+  if (hn::AllTrue(d, tiny)) return exact;
+  return hn::IfThenElse(tiny, exact, MulRounded(hn::IfThenZeroElse(tiny, v), s));
+}
+
+// How a loop takes its products, all rounded once to the same bits: kPlainMul hn::Mul, kFused MulRounded (the
+// fused form, spared the slow underflow path on AMD cores), kNoAssist MulNoAssist, or MulScaleNoAssist for
+// a factor shared by every lane (no subnormal in or out of any float multiply, for cores whose fused form has the
+// slow path too).
+enum ProductForm : int { kPlainMul = 0, kFused = 1, kNoAssist = 2 };
+
+template <int kForm>
+HWY_INLINE VF Product(VF a, VF b) {
+  if constexpr (kForm == kNoAssist) {
+    return MulNoAssist(a, b);
+  } else if constexpr (kForm == kFused) {
+    return MulRounded(a, b);
+  } else {
+    return hn::Mul(a, b);
+  }
+}
+// v * s with s the same in every lane, limit = NoAssistLimit(s) (read only by kNoAssist).
+template <int kForm>
+HWY_INLINE VF ScaleProduct(VF v, VF s, VF limit) {
+  if constexpr (kForm == kNoAssist) {
+    return MulScaleNoAssist(v, s, limit);
+  } else {
+    (void)limit;
+    return Product<kForm>(v, s);
+  }
+}
+
+// Whether a loop over rows of T watches for underflow at all: products of two fp16 values (at least 2^-24
+// each) cannot underflow fp32, while fp16 outputs raise the underflow flag for ordinary small gradients
+// (below 2^-14), so an fp16 loop keeps the plain multiply.
+template <typename T>
+constexpr bool WatchesUnderflow() {
+  return !hwy::IsSame<T, hwy::float16_t>();
 }
 
 // --- scalar element access ------------------------------------------------------------------------------

@@ -11,9 +11,9 @@
 // registers, which the token walk's partial sums already fill); on an Intel Xeon with AVX-512 and AMX the
 // fused form takes the slow path too, and only MulNoAssist, which keeps subnormals out of every float
 // multiply, avoids it. So the callers run the plain multiply until their UnderflowWatch (underflow_watch.h)
-// reports an underflow, then MulNoAssist (FormAfter; ScaleDotTokenAny's and ScaleRowDot's `form`); a bf16 walk
-// with a large bias table, which the fused form made faster on ordinary values too, runs the fused form
-// until then (FmaFromTheStart).
+// reports an underflow, then MulNoAssist, and MulScaleNoAssist for out = g * s (FormAfter; ScaleDotTokenAny's
+// and ScaleRowDot's `form`); a bf16 walk with a large bias table, which the fused form made faster on
+// ordinary values too, runs the fused form until then (FmaFromTheStart).
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(MOEGRAD_KERNELS_ROW_OPS_SCALE_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -35,34 +35,10 @@
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
 
-// How a loop takes its products, all rounded once to the same bits: kPlainMul hn::Mul, kFused MulRounded (the
-// fused form, spared the slow underflow path on AMD cores), kNoAssist MulNoAssist (no subnormal in or out of
-// any float multiply, for cores whose fused form has the slow path too).
-enum ProductForm : int { kPlainMul = 0, kFused = 1, kNoAssist = 2 };
-
-template <int kForm>
-HWY_INLINE VF Product(VF a, VF b) {
-  if constexpr (kForm == kNoAssist) {
-    return MulNoAssist(a, b);
-  } else if constexpr (kForm == kFused) {
-    return MulRounded(a, b);
-  } else {
-    return hn::Mul(a, b);
-  }
-}
-
 // The form after `watch`: kNoAssist once it has seen an underflow, else kFused when `fused` (a bf16 walk with a
 // large bias table: FmaFromTheStart), else kPlainMul.
 HWY_INLINE int FormAfter(const UnderflowWatch& watch, bool fused) {
   return watch.seen() ? kNoAssist : fused ? kFused : kPlainMul;
-}
-
-// Whether a loop over rows of T watches for underflow at all: products of two fp16 values (at least 2^-24
-// each) cannot underflow fp32, while fp16 outputs raise the underflow flag for ordinary small gradients
-// (below 2^-14), so an fp16 loop keeps the plain multiply.
-template <typename T>
-constexpr bool WatchesUnderflow() {
-  return !hwy::IsSame<T, hwy::float16_t>();
 }
 
 // Whether a token walk whose dots add rows of a bias table of `table_bytes` takes the FMA form from its first
@@ -104,6 +80,7 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
   static_assert(kParts % kLanes == 0, "a vector must hold a whole number of partial sums");
   const DF d;
   const VF vs = hn::Set(d, s);
+  const VF limit = hn::Set(d, kForm == kNoAssist ? NoAssistLimit(s) : 0.0f);  // out = g * s: ScaleProduct
   VF acc[kVecs];
   for (size_t q = 0; q < kVecs; ++q) acc[q] = start_part ? hn::LoadU(d, start_part + q * kLanes) : hn::Zero(d);
   const int64_t blocked = n / kParts * kParts;
@@ -120,12 +97,12 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
         else v = LoadF32(d, kX ? x + o : b + o);
         acc[q] = hn::Add(acc[q], Product<kForm>(v, vg));
       }
-      if (kOut) PutF32<kStream>(d, Product<kForm>(vg, vs), out + o);
+      if (kOut) PutF32<kStream>(d, ScaleProduct<kForm>(vg, vs, limit), out + o);
     }
   }
   if (kOut) {
     // ScaleRow stores every whole vector with vector code and only the rest element by element.
-    for (; j + kL <= n; j += kL) PutF32<kStream>(d, Product<kForm>(LoadF32(d, g + j), vs), out + j);
+    for (; j + kL <= n; j += kL) PutF32<kStream>(d, ScaleProduct<kForm>(LoadF32(d, g + j), vs, limit), out + j);
     for (; j < n; ++j) out[j] = FromF32<T>(ToF32(g[j]) * s);
   }
   if (!kDot) return 0.0f;
@@ -217,9 +194,9 @@ HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
 // column block by column block (x, b as present), then out = rne(g * s); all loads of the step come before
 // its stores (rows of different pairs often share their address bits below 4 KiB, and a load behind a store
 // to such an address waits for it). Rows move two vectors at a time (LoadPair, PutPair: whole cache lines of
-// bf16 on AVX-512).
+// bf16 on AVX-512). `limit` is NoAssistLimit(p.s), read only by kNoAssist.
 template <bool kStream, bool kDot, int kForm, typename T>
-HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j, VF* acc) {
+HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, float limit, int64_t j, VF* acc) {
   constexpr size_t kSteps = TokenStepVecs<T>();
   constexpr size_t kVecs = 16 / hn::MaxLanes(DF());
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
@@ -241,8 +218,9 @@ HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, int64_t j
   }
   if (p.out != nullptr) {
     const VF vs = hn::Set(d, p.s);
+    const VF vl = hn::Set(d, limit);
     for (size_t i = 0; i < kSteps; i += 2) {
-      PutPair<kStream>(Product<kForm>(gv[i], vs), Product<kForm>(gv[i + 1], vs),
+      PutPair<kStream>(ScaleProduct<kForm>(gv[i], vs, vl), ScaleProduct<kForm>(gv[i + 1], vs, vl),
                        p.out + j + static_cast<int64_t>(i) * kL);
     }
   }
@@ -263,8 +241,10 @@ HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const 
   constexpr size_t kVecs = 16 / kLanes;
   const DF d;
   VF acc[kTokenGroup][kVecs];
+  float limits[kTokenGroup] = {};  // NoAssistLimit of each pair's scale, for kNoAssist
   for (int64_t m = 0; m < count; ++m) {
     for (size_t q = 0; q < kVecs; ++q) acc[m][q] = hn::Zero(d);
+    if (kForm == kNoAssist) limits[m] = NoAssistLimit(pairs[m].s);
   }
   for (int64_t j = 0; j < end; j += kStep) {
     for (int64_t o = j + kAhead; o < j + kAhead + kStep; o += kLine) {
@@ -276,7 +256,7 @@ HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const 
     }
     VF gv[TokenStepVecs<T>()];
     LoadTokenStep(g, j, gv);
-    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot, kForm>(gv, pairs[m], j, acc[m]);
+    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot, kForm>(gv, pairs[m], limits[m], j, acc[m]);
   }
   if (!kDot) return;
   for (int64_t m = 0; m < count; ++m) PairPartials<T>(acc[m], part[m]);

@@ -13,6 +13,7 @@
 #endif
 
 #include <cstdint>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "src/backend/cpu/kernels/row_ops-inl.h"
@@ -40,10 +41,22 @@ struct Term {
   bool scaled;
 };
 
-template <typename T>
-HWY_INLINE VF TermVec(DF d, const Term<T>& t, int64_t j) {
+// The products of a term's row by its scale take ScaleProduct<kForm>: the fused form (MulRounded), or from the
+// first underflow on kNoAssist (the callers' UnderflowWatch), with `limit` = NoAssistLimit(s). The same bits.
+template <int kForm, typename T>
+HWY_INLINE VF TermVec(DF d, const Term<T>& t, float limit, int64_t j) {
   VF v = (t.x && t.b) ? hn::Add(LoadF32(d, t.x + j), LoadF32(d, t.b + j)) : LoadF32(d, t.x ? t.x + j : t.b + j);
-  return t.scaled ? MulRounded(v, hn::Set(d, t.s)) : v;
+  return t.scaled ? ScaleProduct<kForm>(v, hn::Set(d, t.s), hn::Set(d, limit)) : v;
+}
+
+// The limits of terms[0..count) for kNoAssist (left as they are otherwise).
+template <int kForm, typename T>
+HWY_INLINE void TermLimits(const Term<T>* terms, int count, float* limits) {
+  if constexpr (kForm == kNoAssist) {
+    for (int m = 0; m < count; ++m) limits[m] = NoAssistLimit(terms[m].s);
+  } else {
+    (void)terms, (void)count, (void)limits;
+  }
 }
 
 template <typename T>
@@ -52,11 +65,24 @@ HWY_INLINE float TermAt(const Term<T>& t, int64_t j) {
   return t.scaled ? v * t.s : v;
 }
 
+// fn(std::integral_constant<int, kForm>()) with kForm the form of a walk's products: kNoAssist once its
+// UnderflowWatch has seen an underflow (`seen`), else kFused.
+template <typename Fn>
+HWY_INLINE void WithTermForm(bool seen, const Fn& fn) {
+  if (seen) {
+    fn(std::integral_constant<int, kNoAssist>());
+  } else {
+    fn(std::integral_constant<int, kFused>());
+  }
+}
+
 // Columns [0, n) of one tile: acc-or-nothing (first) plus terms[0..count), stored to dst (last) or to acc.
-template <typename T>
+template <int kForm, typename T>
 HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last, float* HWY_RESTRICT acc,
                          T* dst, int64_t dst_stride, int64_t n, bool unit) {
   int64_t j = 0;
+  float limits[kGroup] = {};
+  TermLimits<kForm>(terms, count, limits);
   if (unit) {
     const DF d;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -64,11 +90,11 @@ HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last,
       VF v;
       int m = 0;
       if (first) {
-        v = count > 0 ? TermVec(d, terms[m++], j) : hn::Zero(d);
+        v = count > 0 ? TermVec<kForm>(d, terms[m++], limits[0], j) : hn::Zero(d);
       } else {
         v = hn::LoadU(d, acc + j);
       }
-      for (; m < count; ++m) v = hn::Add(v, TermVec(d, terms[m], j));
+      for (; m < count; ++m) v = hn::Add(v, TermVec<kForm>(d, terms[m], limits[m], j));
       if (last) StoreF32(d, v, dst + j);
       else hn::StoreU(v, d, acc + j);
     }
@@ -88,8 +114,8 @@ HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last,
 }
 
 // Two vectors of term t from column j (a cache line of 16-bit rows), in LoadPairLanes' element order.
-template <typename T>
-HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
+template <int kForm, typename T>
+HWY_INLINE void TermPair(const Term<T>& t, float limit, int64_t j, VF* v0, VF* v1) {
   LoadPairLanes(t.x ? t.x + j : t.b + j, v0, v1);
   if (t.x && t.b) {
     VF b0, b1;
@@ -99,8 +125,9 @@ HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
   }
   if (t.scaled) {
     const VF s = hn::Set(DF(), t.s);
-    *v0 = MulRounded(*v0, s);
-    *v1 = MulRounded(*v1, s);
+    const VF lim = hn::Set(DF(), limit);
+    *v0 = ScaleProduct<kForm>(*v0, s, lim);
+    *v1 = ScaleProduct<kForm>(*v1, s, lim);
   }
 }
 
@@ -110,12 +137,14 @@ HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
 // of n floats: the first group with kAccOut (its sums to acc), the middle ones with kAccIn and kAccOut, the last
 // with kAccIn (acc plus its terms, to dst); acc holds the sums in the walk's own element order, which only
 // these calls read.
+// kForm is the form of the products (TermVec): kFused, or kNoAssist once the caller's UnderflowWatch has seen
+// an underflow; the same bits either way.
 // Each term's row x (the rows from memory: expandedX, x1, x2; bias rows are left to the caches) is prefetched
 // kTermPrefetchBytes ahead of the loads, and near its end the same term's row of the next output row
 // (next[m].x, m < next_count).
 constexpr int64_t kTermPrefetchBytes = 1024;
 
-template <typename T, bool kStream, bool kAccIn = false, bool kAccOut = false>
+template <typename T, bool kStream, bool kAccIn = false, bool kAccOut = false, int kForm = kFused>
 HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* next, int next_count,
                                T* HWY_RESTRICT dst, int64_t n, float* HWY_RESTRICT acc = nullptr) {
   const DF d;
@@ -123,6 +152,8 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
   constexpr int64_t kAhead = kTermPrefetchBytes / static_cast<int64_t>(sizeof(T));
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   constexpr int kFirst = kAccIn ? 0 : 1;  // the first term added to the running sums
+  float limits[kGroup] = {};
+  TermLimits<kForm>(terms, count, limits);
   int64_t j = 0;
   for (; j + 2 * kL <= n; j += 2 * kL) {
     for (int64_t o = j + kAhead; o < j + kAhead + 2 * kL; o += kLine) {
@@ -135,11 +166,11 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
       a0 = hn::LoadU(d, acc + j);
       a1 = hn::LoadU(d, acc + j + kL);
     } else if (count > 0) {
-      TermPair(terms[0], j, &a0, &a1);
+      TermPair<kForm>(terms[0], limits[0], j, &a0, &a1);
     }
     for (int m = kFirst; m < count; ++m) {
       VF v0, v1;
-      TermPair(terms[m], j, &v0, &v1);
+      TermPair<kForm>(terms[m], limits[m], j, &v0, &v1);
       a0 = hn::Add(a0, v0);
       a1 = hn::Add(a1, v1);
     }
@@ -151,8 +182,8 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
     }
   }
   for (; j + kL <= n; j += kL) {
-    VF v = kAccIn ? hn::LoadU(d, acc + j) : count > 0 ? TermVec(d, terms[0], j) : hn::Zero(d);
-    for (int m = kFirst; m < count; ++m) v = hn::Add(v, TermVec(d, terms[m], j));
+    VF v = kAccIn ? hn::LoadU(d, acc + j) : count > 0 ? TermVec<kForm>(d, terms[0], limits[0], j) : hn::Zero(d);
+    for (int m = kFirst; m < count; ++m) v = hn::Add(v, TermVec<kForm>(d, terms[m], limits[m], j));
     if (kAccOut) hn::StoreU(v, d, acc + j);
     else StoreF32(d, v, dst + j);
   }

@@ -12,6 +12,7 @@
 #include "src/backend/cpu/kernels/row_ops_stream-inl.h"
 #include "src/backend/cpu/kernels/row_ops_terms-inl.h"
 #include "src/backend/cpu/kernels/token_unpermute_with_routing_map.h"
+#include "src/backend/cpu/kernels/underflow_watch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
@@ -53,7 +54,9 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
   // tokens, which collect the slack of every under-filled expert): groups of kGroup whole rows through an fp32
   // row on the stack (up to kAccColumns columns), else tiles of kTile columns, kGroup rows at a time into the
   // tile's fp32 sums (AddGroup). The same additions in the same order either way.
+  // The products take the fused form until an underflow is seen, then MulScaleNoAssist (underflow_watch.h).
   constexpr int64_t kAccColumns = 16384;
+  UnderflowWatch watch(WatchesUnderflow<T>());
   auto sum_tiles = [&](int64_t t) {
     const int64_t c = count_of(t);
     T* dst = p.unpermuted.Row<T>(t);
@@ -67,7 +70,9 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
           const int64_t q = q_of(t, m0 + m);
           group[m] = {p.permuted.Row<const T>(row_of_q(q)) + j0, 1, nullptr, 0, p.weights[q], true};
         }
-        AddGroup<T>(group, count, m0 == 0, m0 + count == c, acc, dst + j0, 1, n, true);
+        WithTermForm(watch.seen(), [&](auto form) {
+          AddGroup<decltype(form)::value>(group, count, m0 == 0, m0 + count == c, acc, dst + j0, 1, n, true);
+        });
       }
     }
   };
@@ -90,15 +95,18 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
       for (int m = 0; m < following; ++m) group[cur ^ 1][m] = term_of(q_of(t, m1 + m));
       const Term<T>* ahead = following > 0 ? group[cur ^ 1] : next;
       const int ahead_count = following > 0 ? following : next_count;
-      if (m0 == 0) {
-        SumTermsUnit<T, false, false, true>(group[cur], count, ahead, ahead_count, dst, H, acc);
-      } else if (following > 0) {
-        SumTermsUnit<T, false, true, true>(group[cur], count, ahead, ahead_count, dst, H, acc);
-      } else if (CanStream<T>() && stream && StreamAligned(dst)) {
-        SumTermsUnit<T, CanStream<T>(), true, false>(group[cur], count, ahead, ahead_count, dst, H, acc);
-      } else {
-        SumTermsUnit<T, false, true, false>(group[cur], count, ahead, ahead_count, dst, H, acc);
-      }
+      WithTermForm(watch.seen(), [&](auto form) {
+        constexpr int kForm = decltype(form)::value;
+        if (m0 == 0) {
+          SumTermsUnit<T, false, false, true, kForm>(group[cur], count, ahead, ahead_count, dst, H, acc);
+        } else if (following > 0) {
+          SumTermsUnit<T, false, true, true, kForm>(group[cur], count, ahead, ahead_count, dst, H, acc);
+        } else if (CanStream<T>() && stream && StreamAligned(dst)) {
+          SumTermsUnit<T, CanStream<T>(), true, false, kForm>(group[cur], count, ahead, ahead_count, dst, H, acc);
+        } else {
+          SumTermsUnit<T, false, true, false, kForm>(group[cur], count, ahead, ahead_count, dst, H, acc);
+        }
+      });
     }
   };
   Term<T> terms[2][kGroup];
@@ -120,11 +128,17 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
     T* dst = p.unpermuted.Row<T>(t);
     if (counts[cur] < 0) {
       sum_many(t, terms[cur ^ 1], next);
-    } else if (CanStream<T>() && stream && StreamAligned(dst)) {
-      SumTermsUnit<T, CanStream<T>()>(terms[cur], counts[cur], terms[cur ^ 1], next, dst, H);
     } else {
-      SumTermsUnit<T, false>(terms[cur], counts[cur], terms[cur ^ 1], next, dst, H);
+      WithTermForm(watch.seen(), [&](auto form) {
+        constexpr int kForm = decltype(form)::value;
+        if (CanStream<T>() && stream && StreamAligned(dst)) {
+          SumTermsUnit<T, CanStream<T>(), false, false, kForm>(terms[cur], counts[cur], terms[cur ^ 1], next, dst, H);
+        } else {
+          SumTermsUnit<T, false, false, false, kForm>(terms[cur], counts[cur], terms[cur ^ 1], next, dst, H);
+        }
+      });
     }
+    watch.Poll();
     cur ^= 1;
   }
 }

@@ -1,14 +1,15 @@
 // UnderflowWatch: whether this thread's fp32 arithmetic has underflowed since the watch began, read from the
-// sticky flags of the x86 MXCSR register; the scale-and-dot loops of the gradients use it to pick their
-// multiply (row_ops_scale_dot-inl.h).
+// sticky flags of the x86 MXCSR register; the scale-and-dot loops of the gradients (row_ops_scale_dot-inl.h)
+// and the forward walks of weighted rows (row_ops_terms-inl.h) use it to pick their multiply.
 //
 // On some x86 cores a vector multiply whose product underflows takes a slow path: about 3x the time of a bf16
 // scale-and-dot loop on AMD Zen 3 (where the fused multiply-add is spared), about 40x a multiply on an Intel
 // Xeon with AVX-512 and AMX (the fused form too). MulNoAssist (row_ops-inl.h) keeps subnormals out of
 // every float multiply and rounds to the same bits, but its test in every multiply costs ordinary values. So a
-// loop runs the plain multiply (bf16 walks with a large bias table the fused form: FmaFromTheStart in
-// row_ops_scale_dot-inl.h) until the underflow flag says a product has underflowed, and from then on
-// MulNoAssist: the same bits either way, only the speed differs. Elsewhere (ARM, no MXCSR) seen() is always
+// loop runs the plain multiply (the forward walks, and bf16 gradient walks with a large bias table, the fused
+// form: FmaFromTheStart in row_ops_scale_dot-inl.h) until the underflow flag says a product has underflowed,
+// and from then on MulNoAssist (MulScaleNoAssist for a row times one factor): the same bits either way, only
+// the speed differs. Elsewhere (ARM, no MXCSR) seen() is always
 // false.
 //
 // The caller's flags are kept: the watch clears the underflow and denormal-operand flags when it begins and,
