@@ -111,6 +111,7 @@ void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
             AddGroup<decltype(form)::value>(terms, count, first, last, acc, dst + j0 * p.out.col_stride,
                                             p.out.col_stride, n, unit);
           });
+          watch.Poll();
           if (last) break;
           first = false;
         }

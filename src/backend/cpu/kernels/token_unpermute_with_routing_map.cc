@@ -73,6 +73,7 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
         WithTermForm(watch.seen(), [&](auto form) {
           AddGroup<decltype(form)::value>(group, count, m0 == 0, m0 + count == c, acc, dst + j0, 1, n, true);
         });
+        watch.Poll();  // a token of many terms switches within the token, not after it
       }
     }
   };
@@ -107,6 +108,7 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
           SumTermsUnit<T, false, true, false, kForm>(group[cur], count, ahead, ahead_count, dst, H, acc);
         }
       });
+      watch.Poll();  // a token of many terms (the pad mode's padding tokens) switches within the token
     }
   };
   Term<T> terms[2][kGroup];
