@@ -3,8 +3,9 @@
 // widening and narrowing (row_ops-inl.h), the streaming stores and streamed zeroing (row_ops_stream-inl.h),
 // the pairs of vectors with their raw x86 bf16 / fp16 paths (row_ops_pair-inl.h), scaled row copies, sums of
 // rows, zeroing and dot products in their documented order (row_ops-inl.h, row_ops_scale_dot-inl.h,
-// row_ops_gather_sum-inl.h), for f32, fp16 and bf16, unit-stride and strided rows, lengths around every
-// vector width.
+// row_ops_gather_sum-inl.h), the assist-free products and the sums of weighted terms in both their product
+// forms (row_ops-inl.h, row_ops_terms-inl.h), for f32, fp16 and bf16, unit-stride and strided rows, lengths
+// around every vector width.
 //
 // Every expected value comes from the scalar computation written out here, with the conversions of
 // src/core/float16.h (tested exhaustively in float16_test.cc), never from the code under test: products

@@ -146,7 +146,7 @@ HWY_INLINE VF MulScaleNoAssist(VF v, VF s, VF limit) {
   const hn::Mask<DF> tiny = hn::Lt(hn::Abs(v), limit);  // false for a NaN: the float multiply
   if (HWY_LIKELY(hn::AllFalse(d, tiny))) return MulRounded(v, s);
 #if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
-  hn::Mask<DF> below;  // the same lanes as tiny
+  hn::Mask<DF> below;  // unused: the lanes below the limit are those (NoAssistLimit)
   const VF exact = MulBelowNormal(v, s, &below);
 #else
   const VF exact = MulInDouble(v, s);
