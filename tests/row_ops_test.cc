@@ -806,7 +806,7 @@ HWY_NOINLINE void TestSumTermsForms() {
     // Tiny rows: values near 2^-70 (fp16: its smallest normals) times scales that take products below 2^-126.
     const bool f16 = hwy::IsSame<T, hwy::float16_t>();
     for (int64_t n : rt::Lengths()) {
-      for (int count : {1, 2, 5, 16}) {
+      for (int count : {1, 2, 5, 16, 21}) {  // 21: three groups through the fp32 row (kAccOut, both, kAccIn)
         for (bool bias : {false, true}) {
           for (bool tiny : {false, true}) {
             std::vector<Buffer<T>> xs, bs;
@@ -845,6 +845,17 @@ HWY_NOINLINE void TestSumTermsForms() {
               constexpr int kForm = decltype(form)::value;
               const std::string what = more + (kForm == kNoAssist ? " no-assist" : " fused");
               Buffer<T> dst(n, 1, 0);
+              if (count > kGroup) {
+                // Groups of at most kGroup terms, the sums carried in an fp32 row of n floats.
+                std::vector<float> row(static_cast<size_t>(n));
+                const Term<T>* t = terms.data();
+                SumTermsUnit<T, false, false, true, kForm>(t, kGroup, t + kGroup, 3, dst.row(), n, row.data());
+                SumTermsUnit<T, false, true, true, kForm>(t + kGroup, 3, t + kGroup + 3, 2, dst.row(), n, row.data());
+                SumTermsUnit<T, false, true, false, kForm>(t + kGroup + 3, count - kGroup - 3, nullptr, 0, dst.row(), n,
+                                                           row.data());
+                ASSERT_TRUE(dst.Check(expected)) << At<T>("SumTermsUnit in groups", n, what);
+                return;
+              }
               SumTermsUnit<T, false, false, false, kForm>(terms.data(), count, nullptr, 0, dst.row(), n);
               ASSERT_TRUE(dst.Check(expected)) << At<T>("SumTermsUnit", n, what);
               if (n > kTile) return;
