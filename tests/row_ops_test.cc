@@ -770,8 +770,9 @@ inline ::testing::AssertionResult SameProduct(float got, float a, float b) {
   return ::testing::AssertionFailure() << msg;
 }
 
-// MulNoAssist and MulScaleNoAssist (with NoAssistLimit) round every product exactly as the scalar multiply:
-// subnormal results, ties of the subnormal grid, products that round up to 2^-126, signed zeros, specials.
+// MulNoAssist rounds every product exactly as the scalar multiply: subnormal results, ties of the subnormal grid,
+// products that round up to 2^-126, signed zeros, specials; with its addend from either factor, vector or
+// scalar (BelowNormalAddend), as the loops take it for a shared gradY vector or scale.
 HWY_NOINLINE void TestMulNoAssist() {
   const DF d;
   const size_t lanes = hn::Lanes(d);
@@ -781,18 +782,25 @@ HWY_NOINLINE void TestMulNoAssist() {
   auto b = hwy::AllocateAligned<float>(kCount);
   auto out = hwy::AllocateAligned<float>(kCount);
   for (size_t i = 0; i < kCount; ++i) NoAssistPair(rng, static_cast<int>((i / 16) % 4), &a[i], &b[i]);
-  for (size_t i = 0; i < kCount; i += lanes) {
-    hn::Store(MulNoAssist(hn::Load(d, a.get() + i), hn::Load(d, b.get() + i)), d, out.get() + i);
+  for (int order = 0; order < 2; ++order) {  // the addend of b, then a's addend with the factors swapped
+    for (size_t i = 0; i < kCount; i += lanes) {
+      const VF va = hn::Load(d, a.get() + i);
+      const VF vb = hn::Load(d, b.get() + i);
+      const VF p = order == 0 ? MulNoAssist(va, vb) : MulNoAssist(vb, va, BelowNormalAddend(va));
+      hn::Store(p, d, out.get() + i);
+    }
+    for (size_t i = 0; i < kCount; ++i) {
+      ASSERT_TRUE(SameProduct(out[i], a[i], b[i])) << "MulNoAssist lane " << i << " order " << order;
+    }
   }
-  for (size_t i = 0; i < kCount; ++i) ASSERT_TRUE(SameProduct(out[i], a[i], b[i])) << "MulNoAssist lane " << i;
-  // One factor for a whole vector: that of its first lane, with every other lane's a.
+  // One factor for a whole vector, its addend from the scalar: that of its first lane, with every lane's a.
   for (size_t i = 0; i < kCount; i += lanes) {
     const float s = b[i];
-    hn::Store(MulScaleNoAssist(hn::Load(d, a.get() + i), hn::Set(d, s), hn::Set(d, NoAssistLimit(s))), d,
-              out.get() + i);
+    const VF p = MulNoAssist(hn::Load(d, a.get() + i), hn::Set(d, s), hn::Set(d, BelowNormalAddend(s)));
+    hn::Store(p, d, out.get() + i);
   }
   for (size_t i = 0; i < kCount; ++i) {
-    ASSERT_TRUE(SameProduct(out[i], a[i], b[i / lanes * lanes])) << "MulScaleNoAssist lane " << i;
+    ASSERT_TRUE(SameProduct(out[i], a[i], b[i / lanes * lanes])) << "MulNoAssist, one factor, lane " << i;
   }
 }
 

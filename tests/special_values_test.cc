@@ -241,7 +241,7 @@ TEST(SpecialValues, SignedZeroAndSubnormalResultsAreExact) {
 
 // --- underflowing products ----------------------------------------------------------------------------------
 // The gradients' scale-and-dot loops multiply with hn::Mul, the forward walks of weighted rows with the FMA
-// form, until a product underflows, then with MulNoAssist / MulScaleNoAssist, which keep subnormals out of
+// form, until a product underflows, then with MulNoAssist, which keeps subnormals out of
 // every float multiply (src/backend/cpu/kernels/underflow_watch.h): tiny values switch at the first token,
 // mixed ones within the first groups, so each call below runs both forms. The results are the reference's, bit
 // for bit (gradScales and the probability gradients within the documented dot bound), on every SIMD target,

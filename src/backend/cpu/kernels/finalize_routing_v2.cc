@@ -37,7 +37,7 @@ void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
   // With at most kGroup terms a row's terms always fit in one group: the whole row in one pass.
   const bool whole_rows = unit && cursor_end <= kGroup;
   internal::ParallelFor(0, R, grain, [&](int64_t begin, int64_t end) {
-    // The products take the fused form until an underflow is seen, then MulScaleNoAssist (underflow_watch.h).
+    // The products take the fused form until an underflow is seen, then MulNoAssist (underflow_watch.h).
     UnderflowWatch watch(WatchesUnderflow<T>());
     HWY_ALIGN float acc[kTile];
     Term<T> terms[kGroup];

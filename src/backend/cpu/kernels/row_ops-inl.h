@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "hwy/highway.h"
 #include "src/backend/cpu/kernels/kernel_types.h"
@@ -40,7 +39,7 @@ using VF = hn::Vec<DF>;
 // too (MulNoAssist, below, avoids it). A NaN stays a NaN (its payload, when both operands are NaNs, may come
 // from either: NaN payloads are not part of the contract). The scale-and-dot loops of the gradients
 // (row_ops_scale_dot-inl.h) take the plain multiply, the forward walks (row_ops_terms-inl.h) this one, and both
-// MulNoAssist / MulScaleNoAssist once a product has underflowed (underflow_watch.h); DotRow keeps hn::Mul.
+// MulNoAssist once a product has underflowed (underflow_watch.h); DotRow keeps hn::Mul.
 HWY_INLINE VF MulRounded(VF a, VF b) {
 #if HWY_NATIVE_FMA
   return hn::MulAdd(a, b, hn::Set(DF(), -0.0f));
@@ -72,46 +71,65 @@ HWY_INLINE VF MulInDouble(VF a, VF b) {
 #endif
 }
 
+// 2^-126 with b's sign: the addend MulBelowNormal takes for a factor b, computed once where b is shared (a
+// gradY vector by all the pairs of a token, a scale by a whole row).
+HWY_INLINE VF BelowNormalAddend(VF b) {
+  const DF d;
+  return hn::Or(hn::And(b, hn::SignBit(d)), hn::Set(d, 0x1p-126f));
+}
+HWY_INLINE float BelowNormalAddend(float b) { return std::copysign(0x1p-126f, b); }
+
 // Products below fp32's normal range without a subnormal in or out of any float operation, by a fused
-// multiply-add with a normal result: y = fma(a, b, c) with c = 2^-126 carrying the product's sign is
-// sign * rne(2^-126 + |a * b|), and for |a * b| < 2^-126 that sum lies in [2^-126, 2^-125], whose floats are
-// spaced 2^-149 apart exactly as the subnormals are: rounding it is rounding |a * b| to the subnormal grid,
-// ties to even included (2^-126 is an even number of steps), once. Its bits less those of 2^-126 are then the
-// bits of rne(a * b), the sign kept (a zero product gives c itself: a zero of the product's sign), and 2^-125
-// (a product that rounds up to the smallest normal) gives 2^-126. `below` is set where |y| < 2^-125, where
-// |a * b| < 2^-126 for certain; elsewhere the bits are not the product's.
+// multiply-add with a normal result: y = fma(a, b, c) with c = 2^-126 carrying the product's sign (from
+// cb = BelowNormalAddend(b) and a's sign) is sign * rne(2^-126 + |a * b|), and for |a * b| < 2^-126 that sum
+// lies in [2^-126, 2^-125], whose floats are spaced 2^-149 apart exactly as the subnormals are: rounding it is
+// rounding |a * b| to the subnormal grid, ties to even included (2^-126 is an even number of steps), once. Its
+// bits less those of 2^-126 are then the bits of rne(a * b), the sign kept (a zero product gives c itself: a
+// zero of the product's sign), and 2^-125 (a product that rounds up to the smallest normal) gives 2^-126.
+// `below` is set where |y| < 2^-125 (its exponent field is 1: never 0, as |y| >= 2^-126, and a NaN's is all
+// ones), where |a * b| < 2^-126 for certain; elsewhere the bits are not the product's.
 #undef MOEGRAD_ROW_OPS_SUBNORMAL_FMA  // per target
 #if HWY_NATIVE_FMA
 #define MOEGRAD_ROW_OPS_SUBNORMAL_FMA 1
-HWY_INLINE VF MulBelowNormal(VF a, VF b, hn::Mask<DF>* below) {
+HWY_INLINE VF MulBelowNormal(VF a, VF b, VF cb, hn::Mask<DF>* below) {
   const DF d;
   const hn::RebindToUnsigned<DF> du;
-  const VF c = hn::Or(hn::And(hn::Xor(a, b), hn::SignBit(d)), hn::Set(d, 0x1p-126f));
-  const VF y = hn::MulAdd(a, b, c);
-  *below = hn::Lt(hn::Abs(y), hn::Set(d, 0x1p-125f));
-  return hn::BitCast(d, hn::Sub(hn::BitCast(du, y), hn::Set(du, 0x00800000u)));
+  const VF c = hn::Xor(hn::And(a, hn::SignBit(d)), cb);
+  const auto y = hn::BitCast(du, hn::MulAdd(a, b, c));
+  *below = hn::RebindMask(d, hn::Eq(hn::And(y, hn::Set(du, 0x7F000000u)), hn::Zero(du)));
+  return hn::BitCast(d, hn::Sub(y, hn::Set(du, 0x00800000u)));
+}
+
+// `no` where m is set, a * b elsewhere, the float multiply computing only the lanes where m is clear (a
+// masked multiply on AVX-512; elsewhere those lanes multiply a zero).
+HWY_INLINE VF MulWhereNot(hn::Mask<DF> m, VF no, VF a, VF b) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return VF{_mm512_mask_mul_ps(no.raw, _knot_mask16(m.raw), a.raw, b.raw)};
+#else
+  return hn::IfThenElse(m, no, hn::Mul(hn::IfThenZeroElse(m, a), b));
+#endif
 }
 #else
 #define MOEGRAD_ROW_OPS_SUBNORMAL_FMA 0
 #endif
 
-// a * b rounded once, bit for bit as hn::Mul rounds it, with no subnormal in or out of any float multiply. On
-// cores where a multiply whose product underflows takes a microcode assist even in the fused form (an Intel
-// Xeon with AVX-512 and AMX: about 40 times a multiply), this keeps tiny values near the speed of ordinary
-// ones rather than tens of times slower; its test in every multiply costs ordinary values, so the loops take it
-// only once their UnderflowWatch has seen an underflow (row_ops_scale_dot-inl.h, row_ops_terms-inl.h).
-// With FMA the lanes whose product is below the normal range take MulBelowNormal's bits, the others MulRounded
-// (with a zero for the tiny lanes' factor); without, a vector with a tiny lane (TinyLanes) takes those lanes'
-// products in double (MulInDouble). A non-finite factor always goes through the float multiply.
-HWY_INLINE VF MulNoAssist(VF a, VF b) {
-  const DF d;
+// a * b rounded once, bit for bit as hn::Mul rounds it, with no subnormal in or out of any float multiply; cb
+// is BelowNormalAddend(b). On cores where a multiply whose product underflows takes a microcode assist even in
+// the fused form (an Intel Xeon with AVX-512 and AMX: about 40 times a multiply), this keeps tiny values near
+// the speed of ordinary ones rather than tens of times slower; it costs ordinary values five operations for
+// one, so the loops take it only once their UnderflowWatch has seen an underflow (row_ops_scale_dot-inl.h,
+// row_ops_terms-inl.h). With FMA, without a branch: the lanes whose product is below the normal range take
+// MulBelowNormal's bits, the others the float multiply (MulWhereNot); without FMA, a vector with a tiny lane
+// (TinyLanes) takes those lanes' products in double (MulInDouble). A non-finite factor always goes through the
+// float multiply.
+HWY_INLINE VF MulNoAssist(VF a, VF b, VF cb) {
 #if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
-  hn::Mask<DF> tiny;
-  const VF exact = MulBelowNormal(a, b, &tiny);
-  if (HWY_LIKELY(hn::AllFalse(d, tiny))) return MulRounded(a, b);
-  if (hn::AllTrue(d, tiny)) return exact;
-  return hn::IfThenElse(tiny, exact, MulRounded(hn::IfThenZeroElse(tiny, a), b));
+  hn::Mask<DF> below;
+  const VF exact = MulBelowNormal(a, b, cb, &below);
+  return MulWhereNot(below, exact, a, b);
 #else
+  (void)cb;
+  const DF d;
   hn::Mask<DF> tiny = hn::Or(TinyLanes(a), TinyLanes(b));
   if (HWY_LIKELY(hn::AllFalse(d, tiny))) return MulRounded(a, b);
   tiny = hn::And(tiny, hn::And(hn::IsFinite(a), hn::IsFinite(b)));  // a non-finite factor: the float multiply
@@ -120,65 +138,32 @@ HWY_INLINE VF MulNoAssist(VF a, VF b) {
   return hn::IfThenElse(tiny, MulInDouble(a, b), rest);
 #endif
 }
-
-// The products v * s of a row by one factor s, MulNoAssist's bits and guarantee for a factor shared by every
-// lane at the cost of one compare per vector of ordinary values: NoAssistLimit(s) is a magnitude such that
-// every |v| below it makes |v * s| < 2^-126 and every |v| at or above it a normal product (or an infinite or
-// NaN one; or, for a subnormal v and |s| > 1, a normal product of a subnormal factor), rounded up past the
-// exact boundary by less than fp32 can tell: 0 when s is 0, infinite or NaN (no lane is below), infinite when
-// the quotient is beyond fp32's range. Lanes below it take MulBelowNormal (MulInDouble without FMA).
-HWY_INLINE float NoAssistLimit(float s) {
-  constexpr double kMinNormal = 0x1p-126;
-  constexpr double kMaxFloat = static_cast<double>(std::numeric_limits<float>::max());
-  const double mag = std::fabs(static_cast<double>(s));
-  if (!(mag > 0.0) || mag > kMaxFloat) return 0.0f;
-  // kMinNormal / mag rounds with a relative error below 2^-52; the margin takes it past the exact quotient (a
-  // lane between the two makes a product within 2^-40 of 2^-126 relatively, which rounds to 2^-126 either way),
-  // and the conversion to float is rounded up.
-  const double q = kMinNormal / mag * (1.0 + 0x1p-40);
-  if (q > kMaxFloat) return std::numeric_limits<float>::infinity();
-  float f = static_cast<float>(q);
-  if (static_cast<double>(f) < q) f = std::nextafter(f, std::numeric_limits<float>::infinity());
-  return f;
-}
-HWY_INLINE VF MulScaleNoAssist(VF v, VF s, VF limit) {
-  const DF d;
-  const hn::Mask<DF> tiny = hn::Lt(hn::Abs(v), limit);  // false for a NaN: the float multiply
-  if (HWY_LIKELY(hn::AllFalse(d, tiny))) return MulRounded(v, s);
-#if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
-  hn::Mask<DF> below;  // unused: the lanes below the limit are those (NoAssistLimit)
-  const VF exact = MulBelowNormal(v, s, &below);
-#else
-  const VF exact = MulInDouble(v, s);
-#endif
-  if (hn::AllTrue(d, tiny)) return exact;
-  return hn::IfThenElse(tiny, exact, MulRounded(hn::IfThenZeroElse(tiny, v), s));
-}
+HWY_INLINE VF MulNoAssist(VF a, VF b) { return MulNoAssist(a, b, BelowNormalAddend(b)); }
 
 // How a loop takes its products, all rounded once to the same bits: kPlainMul hn::Mul, kFused MulRounded (the
-// fused form, spared the slow underflow path on AMD cores), kNoAssist MulNoAssist, or MulScaleNoAssist for
-// a factor shared by every lane (no subnormal in or out of any float multiply, for cores whose fused form has the
-// slow path too).
+// fused form, spared the slow underflow path on AMD cores), kNoAssist MulNoAssist (no subnormal in or out of
+// any float multiply, for cores whose fused form has the slow path too).
 enum ProductForm : int { kPlainMul = 0, kFused = 1, kNoAssist = 2 };
 
+// a * b; cb = BelowNormalAddend(b), read only by kNoAssist (a loop computes it once for a shared factor).
+template <int kForm>
+HWY_INLINE VF Product(VF a, VF b, VF cb) {
+  if constexpr (kForm == kNoAssist) {
+    return MulNoAssist(a, b, cb);
+  } else if constexpr (kForm == kFused) {
+    (void)cb;
+    return MulRounded(a, b);
+  } else {
+    (void)cb;
+    return hn::Mul(a, b);
+  }
+}
 template <int kForm>
 HWY_INLINE VF Product(VF a, VF b) {
   if constexpr (kForm == kNoAssist) {
     return MulNoAssist(a, b);
-  } else if constexpr (kForm == kFused) {
-    return MulRounded(a, b);
   } else {
-    return hn::Mul(a, b);
-  }
-}
-// v * s with s the same in every lane, limit = NoAssistLimit(s) (read only by kNoAssist).
-template <int kForm>
-HWY_INLINE VF ScaleProduct(VF v, VF s, VF limit) {
-  if constexpr (kForm == kNoAssist) {
-    return MulScaleNoAssist(v, s, limit);
-  } else {
-    (void)limit;
-    return Product<kForm>(v, s);
+    return Product<kForm>(a, b, b);
   }
 }
 

@@ -11,8 +11,9 @@
 // registers, which the token walk's partial sums already fill); on an Intel Xeon with AVX-512 and AMX the
 // fused form takes the slow path too, and only MulNoAssist, which keeps subnormals out of every float
 // multiply, avoids it. So the callers run the plain multiply until their UnderflowWatch (underflow_watch.h)
-// reports an underflow, then MulNoAssist, and MulScaleNoAssist for out = g * s (FormAfter; ScaleDotTokenAny's
-// and ScaleRowDot's `form`); a bf16 walk with a large bias table, which the fused form made faster on
+// reports an underflow, then MulNoAssist (FormAfter; ScaleDotTokenAny's and ScaleRowDot's `form`), with the
+// addend of the gradY factor computed once for both products of a column (and for all the pairs of a token);
+// a bf16 walk with a large bias table, which the fused form made faster on
 // ordinary values too, runs the fused form until then (FmaFromTheStart).
 
 // Per-target include guard (Highway's toggle idiom).
@@ -80,7 +81,6 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
   static_assert(kParts % kLanes == 0, "a vector must hold a whole number of partial sums");
   const DF d;
   const VF vs = hn::Set(d, s);
-  const VF limit = hn::Set(d, kForm == kNoAssist ? NoAssistLimit(s) : 0.0f);  // out = g * s: ScaleProduct
   VF acc[kVecs];
   for (size_t q = 0; q < kVecs; ++q) acc[q] = start_part ? hn::LoadU(d, start_part + q * kLanes) : hn::Zero(d);
   const int64_t blocked = n / kParts * kParts;
@@ -89,20 +89,21 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
     for (size_t q = 0; q < kVecs; ++q) {
       const int64_t o = j + static_cast<int64_t>(q * kLanes);
       const VF vg = LoadF32(d, g + o);
+      const VF cg = BelowNormalAddend(vg);  // read only by kNoAssist
       // Loads before the store: out and x rows often share their address bits below 4 KiB, and a load
       // behind a store to such an address waits for it (measured: a third slower).
       if (kDot) {
         VF v;
         if (kX && kB) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
         else v = LoadF32(d, kX ? x + o : b + o);
-        acc[q] = hn::Add(acc[q], Product<kForm>(v, vg));
+        acc[q] = hn::Add(acc[q], Product<kForm>(v, vg, cg));
       }
-      if (kOut) PutF32<kStream>(d, ScaleProduct<kForm>(vg, vs, limit), out + o);
+      if (kOut) PutF32<kStream>(d, Product<kForm>(vs, vg, cg), out + o);
     }
   }
   if (kOut) {
     // ScaleRow stores every whole vector with vector code and only the rest element by element.
-    for (; j + kL <= n; j += kL) PutF32<kStream>(d, ScaleProduct<kForm>(LoadF32(d, g + j), vs, limit), out + j);
+    for (; j + kL <= n; j += kL) PutF32<kStream>(d, Product<kForm>(LoadF32(d, g + j), vs), out + j);
     for (; j < n; ++j) out[j] = FromF32<T>(ToF32(g[j]) * s);
   }
   if (!kDot) return 0.0f;
@@ -190,13 +191,14 @@ HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
   for (size_t i = 0; i < TokenStepVecs<T>(); i += 2) LoadPair(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
 }
 
-// One 256-byte step of one pair, gv the step's gradY columns: the dot's 16 partial sums acc take (x + b) * g
+// One 256-byte step of one pair, gv the step's gradY columns (cgv their BelowNormalAddend, read only by
+// kNoAssist): the dot's 16 partial sums acc take (x + b) * g
 // column block by column block (x, b as present), then out = rne(g * s); all loads of the step come before
 // its stores (rows of different pairs often share their address bits below 4 KiB, and a load behind a store
 // to such an address waits for it). Rows move two vectors at a time (LoadPair, PutPair: whole cache lines of
-// bf16 on AVX-512). `limit` is NoAssistLimit(p.s), read only by kNoAssist.
+// bf16 on AVX-512).
 template <bool kStream, bool kDot, int kForm, typename T>
-HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, float limit, int64_t j, VF* acc) {
+HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const TokenPairRows<T>& p, int64_t j, VF* acc) {
   constexpr size_t kSteps = TokenStepVecs<T>();
   constexpr size_t kVecs = 16 / hn::MaxLanes(DF());
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
@@ -214,13 +216,12 @@ HWY_INLINE void TokenPairStep(const VF* gv, const TokenPairRows<T>& p, float lim
       }
     }
     // Vector i holds columns [i * kL, (i + 1) * kL) of the step: partial sums i % kVecs.
-    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], Product<kForm>(v[i], gv[i]));
+    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], Product<kForm>(v[i], gv[i], cgv[i]));
   }
   if (p.out != nullptr) {
     const VF vs = hn::Set(d, p.s);
-    const VF vl = hn::Set(d, limit);
     for (size_t i = 0; i < kSteps; i += 2) {
-      PutPair<kStream>(ScaleProduct<kForm>(gv[i], vs, vl), ScaleProduct<kForm>(gv[i + 1], vs, vl),
+      PutPair<kStream>(Product<kForm>(vs, gv[i], cgv[i]), Product<kForm>(vs, gv[i + 1], cgv[i + 1]),
                        p.out + j + static_cast<int64_t>(i) * kL);
     }
   }
@@ -241,10 +242,8 @@ HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const 
   constexpr size_t kVecs = 16 / kLanes;
   const DF d;
   VF acc[kTokenGroup][kVecs];
-  float limits[kTokenGroup] = {};  // NoAssistLimit of each pair's scale, for kNoAssist
   for (int64_t m = 0; m < count; ++m) {
     for (size_t q = 0; q < kVecs; ++q) acc[m][q] = hn::Zero(d);
-    if (kForm == kNoAssist) limits[m] = NoAssistLimit(pairs[m].s);
   }
   for (int64_t j = 0; j < end; j += kStep) {
     for (int64_t o = j + kAhead; o < j + kAhead + kStep; o += kLine) {
@@ -256,7 +255,9 @@ HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const 
     }
     VF gv[TokenStepVecs<T>()];
     LoadTokenStep(g, j, gv);
-    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot, kForm>(gv, pairs[m], limits[m], j, acc[m]);
+    VF cgv[TokenStepVecs<T>()];
+    for (size_t i = 0; i < TokenStepVecs<T>(); ++i) cgv[i] = kForm == kNoAssist ? BelowNormalAddend(gv[i]) : gv[i];
+    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot, kForm>(gv, cgv, pairs[m], j, acc[m]);
   }
   if (!kDot) return;
   for (int64_t m = 0; m < count; ++m) PairPartials<T>(acc[m], part[m]);

@@ -41,22 +41,12 @@ struct Term {
   bool scaled;
 };
 
-// The products of a term's row by its scale take ScaleProduct<kForm>: the fused form (MulRounded), or from the
-// first underflow on kNoAssist (the callers' UnderflowWatch), with `limit` = NoAssistLimit(s). The same bits.
+// The products of a term's row by its scale take Product<kForm>: the fused form (MulRounded), or from the first
+// underflow on kNoAssist (the callers' UnderflowWatch) with the scale's BelowNormalAddend. The same bits.
 template <int kForm, typename T>
-HWY_INLINE VF TermVec(DF d, const Term<T>& t, float limit, int64_t j) {
+HWY_INLINE VF TermVec(DF d, const Term<T>& t, int64_t j) {
   VF v = (t.x && t.b) ? hn::Add(LoadF32(d, t.x + j), LoadF32(d, t.b + j)) : LoadF32(d, t.x ? t.x + j : t.b + j);
-  return t.scaled ? ScaleProduct<kForm>(v, hn::Set(d, t.s), hn::Set(d, limit)) : v;
-}
-
-// The limits of terms[0..count) for kNoAssist (left as they are otherwise).
-template <int kForm, typename T>
-HWY_INLINE void TermLimits(const Term<T>* terms, int count, float* limits) {
-  if constexpr (kForm == kNoAssist) {
-    for (int m = 0; m < count; ++m) limits[m] = NoAssistLimit(terms[m].s);
-  } else {
-    (void)terms, (void)count, (void)limits;
-  }
+  return t.scaled ? Product<kForm>(v, hn::Set(d, t.s), hn::Set(d, BelowNormalAddend(t.s))) : v;
 }
 
 template <typename T>
@@ -81,8 +71,6 @@ template <int kForm, typename T>
 HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last, float* HWY_RESTRICT acc,
                          T* dst, int64_t dst_stride, int64_t n, bool unit) {
   int64_t j = 0;
-  float limits[kGroup] = {};
-  TermLimits<kForm>(terms, count, limits);
   if (unit) {
     const DF d;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -90,11 +78,11 @@ HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last,
       VF v;
       int m = 0;
       if (first) {
-        v = count > 0 ? TermVec<kForm>(d, terms[m++], limits[0], j) : hn::Zero(d);
+        v = count > 0 ? TermVec<kForm>(d, terms[m++], j) : hn::Zero(d);
       } else {
         v = hn::LoadU(d, acc + j);
       }
-      for (; m < count; ++m) v = hn::Add(v, TermVec<kForm>(d, terms[m], limits[m], j));
+      for (; m < count; ++m) v = hn::Add(v, TermVec<kForm>(d, terms[m], j));
       if (last) StoreF32(d, v, dst + j);
       else hn::StoreU(v, d, acc + j);
     }
@@ -115,7 +103,7 @@ HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last,
 
 // Two vectors of term t from column j (a cache line of 16-bit rows), in LoadPairLanes' element order.
 template <int kForm, typename T>
-HWY_INLINE void TermPair(const Term<T>& t, float limit, int64_t j, VF* v0, VF* v1) {
+HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
   LoadPairLanes(t.x ? t.x + j : t.b + j, v0, v1);
   if (t.x && t.b) {
     VF b0, b1;
@@ -125,9 +113,9 @@ HWY_INLINE void TermPair(const Term<T>& t, float limit, int64_t j, VF* v0, VF* v
   }
   if (t.scaled) {
     const VF s = hn::Set(DF(), t.s);
-    const VF lim = hn::Set(DF(), limit);
-    *v0 = ScaleProduct<kForm>(*v0, s, lim);
-    *v1 = ScaleProduct<kForm>(*v1, s, lim);
+    const VF cs = hn::Set(DF(), BelowNormalAddend(t.s));
+    *v0 = Product<kForm>(*v0, s, cs);
+    *v1 = Product<kForm>(*v1, s, cs);
   }
 }
 
@@ -152,8 +140,6 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
   constexpr int64_t kAhead = kTermPrefetchBytes / static_cast<int64_t>(sizeof(T));
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   constexpr int kFirst = kAccIn ? 0 : 1;  // the first term added to the running sums
-  float limits[kGroup] = {};
-  TermLimits<kForm>(terms, count, limits);
   int64_t j = 0;
   for (; j + 2 * kL <= n; j += 2 * kL) {
     for (int64_t o = j + kAhead; o < j + kAhead + 2 * kL; o += kLine) {
@@ -166,11 +152,11 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
       a0 = hn::LoadU(d, acc + j);
       a1 = hn::LoadU(d, acc + j + kL);
     } else if (count > 0) {
-      TermPair<kForm>(terms[0], limits[0], j, &a0, &a1);
+      TermPair<kForm>(terms[0], j, &a0, &a1);
     }
     for (int m = kFirst; m < count; ++m) {
       VF v0, v1;
-      TermPair<kForm>(terms[m], limits[m], j, &v0, &v1);
+      TermPair<kForm>(terms[m], j, &v0, &v1);
       a0 = hn::Add(a0, v0);
       a1 = hn::Add(a1, v1);
     }
@@ -182,8 +168,8 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
     }
   }
   for (; j + kL <= n; j += kL) {
-    VF v = kAccIn ? hn::LoadU(d, acc + j) : count > 0 ? TermVec<kForm>(d, terms[0], limits[0], j) : hn::Zero(d);
-    for (int m = kFirst; m < count; ++m) v = hn::Add(v, TermVec<kForm>(d, terms[m], limits[m], j));
+    VF v = kAccIn ? hn::LoadU(d, acc + j) : count > 0 ? TermVec<kForm>(d, terms[0], j) : hn::Zero(d);
+    for (int m = kFirst; m < count; ++m) v = hn::Add(v, TermVec<kForm>(d, terms[m], j));
     if (kAccOut) hn::StoreU(v, d, acc + j);
     else StoreF32(d, v, dst + j);
   }

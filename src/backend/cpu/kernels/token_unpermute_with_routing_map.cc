@@ -54,7 +54,7 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
   // tokens, which collect the slack of every under-filled expert): groups of kGroup whole rows through an fp32
   // row on the stack (up to kAccColumns columns), else tiles of kTile columns, kGroup rows at a time into the
   // tile's fp32 sums (AddGroup). The same additions in the same order either way.
-  // The products take the fused form until an underflow is seen, then MulScaleNoAssist (underflow_watch.h).
+  // The products take the fused form until an underflow is seen, then MulNoAssist (underflow_watch.h).
   constexpr int64_t kAccColumns = 16384;
   UnderflowWatch watch(WatchesUnderflow<T>());
   auto sum_tiles = [&](int64_t t) {

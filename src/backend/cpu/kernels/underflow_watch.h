@@ -8,7 +8,7 @@
 // every float multiply and rounds to the same bits, but its test in every multiply costs ordinary values. So a
 // loop runs the plain multiply (the forward walks, and bf16 gradient walks with a large bias table, the fused
 // form: FmaFromTheStart in row_ops_scale_dot-inl.h) until the underflow flag says a product has underflowed,
-// and from then on MulNoAssist (MulScaleNoAssist for a row times one factor): the same bits either way, only
+// and from then on MulNoAssist: the same bits either way, only
 // the speed differs. Elsewhere (ARM, no MXCSR) seen() is always
 // false.
 //
