@@ -140,6 +140,70 @@ HWY_INLINE VF MulNoAssist(VF a, VF b, VF cb) {
 }
 HWY_INLINE VF MulNoAssist(VF a, VF b) { return MulNoAssist(a, b, BelowNormalAddend(b)); }
 
+// The products p[i] = a[i] * b[i], i < kN, MulNoAssist's bits (cb[i] = BelowNormalAddend(b[i])), with one test
+// for all kN vectors: when every lane of every product is below the normal range (as every product of a tiny
+// row is), MulBelowNormal's bits alone, without a lane test and multiply per vector.
+template <size_t kN>
+HWY_INLINE void MulNoAssistN(const VF* a, const VF* b, const VF* cb, VF* p) {
+#if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  using VU = hn::Vec<decltype(du)>;
+  VU y[kN];
+  VU any = hn::Zero(du);
+  for (size_t i = 0; i < kN; ++i) {
+    y[i] = hn::BitCast(du, hn::MulAdd(a[i], b[i], hn::Xor(hn::And(a[i], hn::SignBit(d)), cb[i])));
+    any = hn::Or(any, y[i]);
+  }
+  // Every y's exponent field is 1 (|y| < 2^-125) when their OR has no bit above it.
+  const VU exponent_above_one = hn::Set(du, 0x7F000000u);
+  const VU min_normal = hn::Set(du, 0x00800000u);
+  if (hn::AllTrue(du, hn::Eq(hn::And(any, exponent_above_one), hn::Zero(du)))) {
+    for (size_t i = 0; i < kN; ++i) p[i] = hn::BitCast(d, hn::Sub(y[i], min_normal));
+    return;
+  }
+  for (size_t i = 0; i < kN; ++i) {
+    const auto below = hn::RebindMask(d, hn::Eq(hn::And(y[i], exponent_above_one), hn::Zero(du)));
+    p[i] = MulWhereNot(below, hn::BitCast(d, hn::Sub(y[i], min_normal)), a[i], b[i]);
+  }
+#else
+  for (size_t i = 0; i < kN; ++i) p[i] = MulNoAssist(a[i], b[i], cb[i]);
+#endif
+}
+
+// The products p[i] = g[i] * s, i < kN, MulNoAssist's bits (cg[i] = BelowNormalAddend(g[i]), shared by every s
+// a gradY vector is scaled by), with MulNoAssistN's one test for all kN. The FMA takes |s|, so that cg carries
+// the product's sign but for s's, which an integer add puts in with the subtraction of 2^-126's bits.
+template <size_t kN>
+HWY_INLINE void ScaleNoAssistN(const VF* g, const VF* cg, float s, VF* p) {
+  const DF d;
+  const VF vs = hn::Set(d, s);
+#if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
+  const hn::RebindToUnsigned<DF> du;
+  using VU = hn::Vec<decltype(du)>;
+  const VF abs_s = hn::Abs(vs);
+  // less 2^-126's bits; plus 2^31 (mod 2^32: the sign flipped) when s's sign bit is set
+  const VU fix = hn::Set(du, std::signbit(s) ? 0x7F800000u : 0xFF800000u);
+  VU y[kN];
+  VU any = hn::Zero(du);
+  for (size_t i = 0; i < kN; ++i) {
+    y[i] = hn::BitCast(du, hn::MulAdd(g[i], abs_s, cg[i]));
+    any = hn::Or(any, y[i]);
+  }
+  const VU exponent_above_one = hn::Set(du, 0x7F000000u);
+  if (hn::AllTrue(du, hn::Eq(hn::And(any, exponent_above_one), hn::Zero(du)))) {
+    for (size_t i = 0; i < kN; ++i) p[i] = hn::BitCast(d, hn::Add(y[i], fix));
+    return;
+  }
+  for (size_t i = 0; i < kN; ++i) {
+    const auto below = hn::RebindMask(d, hn::Eq(hn::And(y[i], exponent_above_one), hn::Zero(du)));
+    p[i] = MulWhereNot(below, hn::BitCast(d, hn::Add(y[i], fix)), g[i], vs);
+  }
+#else
+  for (size_t i = 0; i < kN; ++i) p[i] = MulNoAssist(vs, g[i], cg[i]);
+#endif
+}
+
 // How a loop takes its products, all rounded once to the same bits: kPlainMul hn::Mul, kFused MulRounded (the
 // fused form, spared the slow underflow path on AMD cores), kNoAssist MulNoAssist (no subnormal in or out of
 // any float multiply, for cores whose fused form has the slow path too).

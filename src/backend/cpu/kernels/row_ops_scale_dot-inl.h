@@ -216,14 +216,23 @@ HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const TokenPairRows<T
       }
     }
     // Vector i holds columns [i * kL, (i + 1) * kL) of the step: partial sums i % kVecs.
-    for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], Product<kForm>(v[i], gv[i], cgv[i]));
+    if constexpr (kForm == kNoAssist) {
+      VF prod[kSteps];
+      MulNoAssistN<kSteps>(v, gv, cgv, prod);
+      for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], prod[i]);
+    } else {
+      for (size_t i = 0; i < kSteps; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], Product<kForm>(v[i], gv[i]));
+    }
   }
   if (p.out != nullptr) {
-    const VF vs = hn::Set(d, p.s);
-    for (size_t i = 0; i < kSteps; i += 2) {
-      PutPair<kStream>(Product<kForm>(vs, gv[i], cgv[i]), Product<kForm>(vs, gv[i + 1], cgv[i + 1]),
-                       p.out + j + static_cast<int64_t>(i) * kL);
+    VF prod[kSteps];
+    if constexpr (kForm == kNoAssist) {
+      ScaleNoAssistN<kSteps>(gv, cgv, p.s, prod);
+    } else {
+      const VF vs = hn::Set(d, p.s);
+      for (size_t i = 0; i < kSteps; ++i) prod[i] = Product<kForm>(gv[i], vs);
     }
+    for (size_t i = 0; i < kSteps; i += 2) PutPair<kStream>(prod[i], prod[i + 1], p.out + j + static_cast<int64_t>(i) * kL);
   }
 }
 
