@@ -626,7 +626,9 @@ HWY_NOINLINE void TestScaleRowDot() {
 
 // ScaleDotToken, finished by ScaleRowDot exactly as the one-writer gradient does: up to kTokenGroup pairs
 // of one token walk their rows together, TokenStep columns at a time (LoadPair / PutPair, the partial sums
-// put back in column order by PairPartials); every out row and every dot as for each pair alone.
+// put back in column order by PairPartials); every out row and every dot as for each pair alone. Ordinary
+// values; tiny ones (every product below fp32's normal range: MulNoAssistN's and ScaleNoAssistN's one test per
+// step); and a mix (steps whose lanes are some below, some not); scales of either sign.
 HWY_NOINLINE void TestScaleDotToken() {
   ForEachType([&](auto zero) {
     using T = decltype(zero);
@@ -638,11 +640,14 @@ HWY_NOINLINE void TestScaleDotToken() {
       for (int64_t count : {int64_t{1}, int64_t{3}, kTokenGroup}) {
         for (int scaled = 0; scaled < 2; ++scaled) {   // with scales (dots), without (copies only)
           for (int aligned = 0; aligned < 2; ++aligned) {  // outs start a cache line (streaming possible)
-            for (int form = 0; form < 6; ++form) {  // stores streamed or not; products by Mul, FMA, MulNoAssist
+            for (int form = 0; form < 18; ++form) {  // stores streamed or not; Mul, FMA, MulNoAssist; values
               const bool stream = (form & 1) != 0;
-              const int product = form >> 1;  // ProductForm
+              const int product = (form >> 1) % 3;  // ProductForm
+              const int values = form / 6;          // ordinary, tiny (|v| < 2^-64), mixed
+              const int emin = values == 0 ? -8 : -80;
+              const int emax = values == 1 ? -65 : 8;
               Buffer<T> g(n, 1, 0), g_next(n, 1, 0);
-              g.Fill(rng, -8, 8, Specials::kNone);
+              g.Fill(rng, emin, emax, Specials::kNone);
               std::vector<Buffer<T>> outs, xs, bs, x_next;
               TokenPairRows<T> pairs[kTokenGroup];
               for (int64_t m = 0; m < count; ++m) {
@@ -650,8 +655,8 @@ HWY_NOINLINE void TestScaleDotToken() {
                 xs.emplace_back(n, 1, 1);
                 bs.emplace_back(n, 1, 2);
                 x_next.emplace_back(n, 1, 0);
-                xs.back().Fill(rng, -8, 8, Specials::kNone);
-                bs.back().Fill(rng, -8, 8, Specials::kNone);
+                xs.back().Fill(rng, emin, emax, Specials::kNone);
+                bs.back().Fill(rng, emin, emax, Specials::kNone);
               }
               for (int64_t m = 0; m < count; ++m) {
                 const size_t i = static_cast<size_t>(m);
@@ -661,7 +666,10 @@ HWY_NOINLINE void TestScaleDotToken() {
                 pairs[m].x = written && scaled ? xs[i].row() : nullptr;
                 pairs[m].b = scaled && m != 2 ? bs[i].row() : nullptr;
                 pairs[m].x_next = x_next[i].row();
-                pairs[m].s = scaled ? std::ldexp(1.0f + float(rng() % 1000) / 999.0f, int(rng() % 5) - 2) : 1.0f;
+                const bool tiny = values == 1 || (values == 2 && rng() % 2 == 0);
+                const int e = tiny ? -64 - static_cast<int>(rng() % 8) : static_cast<int>(rng() % 5) - 2;
+                const float sign = rng() % 2 == 0 ? 1.0f : -1.0f;
+                pairs[m].s = scaled ? sign * std::ldexp(1.0f + float(rng() % 1000) / 999.0f, e) : 1.0f;
               }
               bool all_aligned = true;
               for (int64_t m = 0; m < count; ++m) {
@@ -683,7 +691,8 @@ HWY_NOINLINE void TestScaleDotToken() {
                 const std::string more = "pair " + std::to_string(m) + " of " + std::to_string(count) +
                                          (scaled ? " scaled" : "") + (aligned ? " aligned" : "") +
                                          (stream ? " stream" : "") +
-                                         (product == 1 ? " fma" : product == 2 ? " no-assist" : "");
+                                         (product == 1 ? " fma" : product == 2 ? " no-assist" : "") +
+                                         (values == 1 ? " tiny" : values == 2 ? " mixed" : "");
                 if (scaled) {
                   const float got = ScaleRowDot<T>(q, pairs[m].s, stream, n, end, part[m], product);
                   const float want = rt::RefDot(q.x, 1, q.b, 1, q.g, 1, n);
