@@ -171,32 +171,42 @@ HWY_INLINE void MulNoAssistN(const VF* a, const VF* b, const VF* cb, VF* p) {
 #endif
 }
 
+#if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
+using VU32 = hn::Vec<hn::RebindToUnsigned<DF>>;
+// The FMA results y[i] = fma(g[i], |s|, cg[i]) (cg[i] = BelowNormalAddend(g[i]): the sign of the product but for
+// s's) and the integer `fix` whose addition to y[i] gives the bits of rne(g[i] * s) where y[i] is below 2^-125
+// (2^-126's bits taken away, s's sign put in: plus 2^31 mod 2^32 flips the sign); returns whether every lane of
+// every y[i] is (their OR has no exponent bit above the lowest).
+template <size_t kN>
+HWY_INLINE bool ScaleBelowNormalN(const VF* g, const VF* cg, float s, VU32* y, VU32* fix) {
+  const hn::RebindToUnsigned<DF> du;
+  const VF abs_s = hn::Set(DF(), std::fabs(s));
+  *fix = hn::Set(du, std::signbit(s) ? 0x7F800000u : 0xFF800000u);
+  VU32 any = hn::Zero(du);
+  for (size_t i = 0; i < kN; ++i) {
+    y[i] = hn::BitCast(du, hn::MulAdd(g[i], abs_s, cg[i]));
+    any = hn::Or(any, y[i]);
+  }
+  return hn::AllTrue(du, hn::Eq(hn::And(any, hn::Set(du, 0x7F000000u)), hn::Zero(du)));
+}
+#endif
+
 // The products p[i] = g[i] * s, i < kN, MulNoAssist's bits (cg[i] = BelowNormalAddend(g[i]), shared by every s
-// a gradY vector is scaled by), with MulNoAssistN's one test for all kN. The FMA takes |s|, so that cg carries
-// the product's sign but for s's, which an integer add puts in with the subtraction of 2^-126's bits.
+// a gradY vector is scaled by), with MulNoAssistN's one test for all kN (ScaleBelowNormalN).
 template <size_t kN>
 HWY_INLINE void ScaleNoAssistN(const VF* g, const VF* cg, float s, VF* p) {
   const DF d;
   const VF vs = hn::Set(d, s);
 #if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
   const hn::RebindToUnsigned<DF> du;
-  using VU = hn::Vec<decltype(du)>;
-  const VF abs_s = hn::Abs(vs);
-  // less 2^-126's bits; plus 2^31 (mod 2^32: the sign flipped) when s's sign bit is set
-  const VU fix = hn::Set(du, std::signbit(s) ? 0x7F800000u : 0xFF800000u);
-  VU y[kN];
-  VU any = hn::Zero(du);
-  for (size_t i = 0; i < kN; ++i) {
-    y[i] = hn::BitCast(du, hn::MulAdd(g[i], abs_s, cg[i]));
-    any = hn::Or(any, y[i]);
-  }
-  const VU exponent_above_one = hn::Set(du, 0x7F000000u);
-  if (hn::AllTrue(du, hn::Eq(hn::And(any, exponent_above_one), hn::Zero(du)))) {
+  VU32 y[kN];
+  VU32 fix;
+  if (ScaleBelowNormalN<kN>(g, cg, s, y, &fix)) {
     for (size_t i = 0; i < kN; ++i) p[i] = hn::BitCast(d, hn::Add(y[i], fix));
     return;
   }
   for (size_t i = 0; i < kN; ++i) {
-    const auto below = hn::RebindMask(d, hn::Eq(hn::And(y[i], exponent_above_one), hn::Zero(du)));
+    const auto below = hn::RebindMask(d, hn::Eq(hn::And(y[i], hn::Set(du, 0x7F000000u)), hn::Zero(du)));
     p[i] = MulWhereNot(below, hn::BitCast(d, hn::Add(y[i], fix)), g[i], vs);
   }
 #else

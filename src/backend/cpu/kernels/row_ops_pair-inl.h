@@ -151,6 +151,42 @@ HWY_INLINE void PutPair(VF v0, VF v1, hwy::float16_t* p) {
 #endif
 #endif
 
+// PutPair of ScaleNoAssistN's products, kN vectors (a whole number of pairs) to p: out = rne(g * s) with no
+// subnormal in or out of any float operation. bf16 on AVX-512: when every product is below fp32's normal range,
+// the rounding to bf16 takes ScaleBelowNormalN's results directly, its integer add folded into that of the
+// rounding (the fix has no bit below 2^23, so the lowest kept bit, bit 16, is y's) and no NaN to put back.
+template <bool kStream, size_t kN, typename T>
+HWY_INLINE void PutScaleNoAssistN(const VF* g, const VF* cg, float s, T* p) {
+  constexpr size_t kL = hn::MaxLanes(DF());
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (hwy::IsSame<T, hwy::bfloat16_t>()) {
+    VU32 y[kN];
+    VU32 fix;
+    if (ScaleBelowNormalN<kN>(g, cg, s, y, &fix)) {
+      const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29,
+                                           27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+      const __m512i add = _mm512_add_epi32(fix.raw, _mm512_set1_epi32(0x7fff));
+      __m512i r[kN];
+      for (size_t i = 0; i < kN; ++i) {
+        const __mmask16 odd = _mm512_test_epi32_mask(y[i].raw, _mm512_set1_epi32(0x10000));
+        r[i] = _mm512_mask_add_epi32(_mm512_add_epi32(y[i].raw, add), odd, _mm512_add_epi32(y[i].raw, add),
+                                     _mm512_set1_epi32(1));
+      }
+      for (size_t i = 0; i < kN; i += 2) {
+        const __m512i packed = _mm512_permutex2var_epi16(r[i], idx, r[i + 1]);
+        auto* q = reinterpret_cast<__m512i*>(p + i * kL);
+        if (kStream) _mm512_stream_si512(q, packed);
+        else _mm512_storeu_si512(reinterpret_cast<void*>(q), packed);
+      }
+      return;
+    }
+  }
+#endif
+  VF prod[kN];
+  ScaleNoAssistN<kN>(g, cg, s, prod);
+  for (size_t i = 0; i < kN; i += 2) PutPair<kStream>(prod[i], prod[i + 1], p + i * kL);
+}
+
 // LoadPair and PutPair for element-wise work only (sums of rows, products with a scalar): the 2 * MaxLanes
 // elements may sit in the two vectors in any order, as long as PutPairLanes undoes LoadPairLanes. For bf16 on
 // AVX-512 that is even elements in one vector and odd in the other: a shift and a mask instead of two

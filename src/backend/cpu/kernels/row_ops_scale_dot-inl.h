@@ -225,14 +225,14 @@ HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const TokenPairRows<T
     }
   }
   if (p.out != nullptr) {
-    VF prod[kSteps];
     if constexpr (kForm == kNoAssist) {
-      ScaleNoAssistN<kSteps>(gv, cgv, p.s, prod);
+      PutScaleNoAssistN<kStream, kSteps>(gv, cgv, p.s, p.out + j);
     } else {
       const VF vs = hn::Set(d, p.s);
-      for (size_t i = 0; i < kSteps; ++i) prod[i] = Product<kForm>(gv[i], vs);
+      for (size_t i = 0; i < kSteps; i += 2) {
+        PutPair<kStream>(Product<kForm>(gv[i], vs), Product<kForm>(gv[i + 1], vs), p.out + j + static_cast<int64_t>(i) * kL);
+      }
     }
-    for (size_t i = 0; i < kSteps; i += 2) PutPair<kStream>(prod[i], prod[i + 1], p.out + j + static_cast<int64_t>(i) * kL);
   }
 }
 
