@@ -86,18 +86,29 @@ HWY_INLINE float BelowNormalAddend(float b) { return std::copysign(0x1p-126f, b)
 // rounding |a * b| to the subnormal grid, ties to even included (2^-126 is an even number of steps), once. Its
 // bits less those of 2^-126 are then the bits of rne(a * b), the sign kept (a zero product gives c itself: a
 // zero of the product's sign), and 2^-125 (a product that rounds up to the smallest normal) gives 2^-126.
-// `below` is set where |y| < 2^-125 (its exponent field is 1: never 0, as |y| >= 2^-126, and a NaN's is all
-// ones), where |a * b| < 2^-126 for certain; elsewhere the bits are not the product's.
+// Where |y| < 2^-125 (its exponent field is 1: never 0, as |y| >= 2^-126, and a NaN's is all ones), |a * b| <
+// 2^-126 for certain; elsewhere the bits are not the product's.
+// MulBelowNormal returns y's bits; BelowNormalLanes tells those lanes from them, AllBelowNormal every lane of
+// several y's from their OR, and BelowNormalBits gives the product's bits there.
 #undef MOEGRAD_ROW_OPS_SUBNORMAL_FMA  // per target
 #if HWY_NATIVE_FMA
 #define MOEGRAD_ROW_OPS_SUBNORMAL_FMA 1
-HWY_INLINE VF MulBelowNormal(VF a, VF b, VF cb, hn::Mask<DF>* below) {
+using VU32 = hn::Vec<hn::RebindToUnsigned<DF>>;
+HWY_INLINE VU32 MulBelowNormal(VF a, VF b, VF cb) {
   const DF d;
+  return hn::BitCast(hn::RebindToUnsigned<DF>(), hn::MulAdd(a, b, hn::Xor(hn::And(a, hn::SignBit(d)), cb)));
+}
+HWY_INLINE hn::Mask<DF> BelowNormalLanes(VU32 y) {
   const hn::RebindToUnsigned<DF> du;
-  const VF c = hn::Xor(hn::And(a, hn::SignBit(d)), cb);
-  const auto y = hn::BitCast(du, hn::MulAdd(a, b, c));
-  *below = hn::RebindMask(d, hn::Eq(hn::And(y, hn::Set(du, 0x7F000000u)), hn::Zero(du)));
-  return hn::BitCast(d, hn::Sub(y, hn::Set(du, 0x00800000u)));
+  return hn::RebindMask(DF(), hn::Eq(hn::And(y, hn::Set(du, 0x7F000000u)), hn::Zero(du)));
+}
+HWY_INLINE bool AllBelowNormal(VU32 any) {
+  const hn::RebindToUnsigned<DF> du;
+  return hn::AllTrue(du, hn::Eq(hn::And(any, hn::Set(du, 0x7F000000u)), hn::Zero(du)));
+}
+HWY_INLINE VF BelowNormalBits(VU32 y) {
+  const hn::RebindToUnsigned<DF> du;
+  return hn::BitCast(DF(), hn::Sub(y, hn::Set(du, 0x00800000u)));
 }
 
 // `no` where m is set, a * b elsewhere, the float multiply computing only the lanes where m is clear (a
@@ -119,14 +130,13 @@ HWY_INLINE VF MulWhereNot(hn::Mask<DF> m, VF no, VF a, VF b) {
 // the speed of ordinary ones rather than tens of times slower; it costs ordinary values five operations for
 // one, so the loops take it only once their UnderflowWatch has seen an underflow (row_ops_scale_dot-inl.h,
 // row_ops_terms-inl.h). With FMA, without a branch: the lanes whose product is below the normal range take
-// MulBelowNormal's bits, the others the float multiply (MulWhereNot); without FMA, a vector with a tiny lane
+// BelowNormalBits, the others the float multiply (MulWhereNot); without FMA, a vector with a tiny lane
 // (TinyLanes) takes those lanes' products in double (MulInDouble). A non-finite factor always goes through the
 // float multiply.
 HWY_INLINE VF MulNoAssist(VF a, VF b, VF cb) {
 #if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
-  hn::Mask<DF> below;
-  const VF exact = MulBelowNormal(a, b, cb, &below);
-  return MulWhereNot(below, exact, a, b);
+  const VU32 y = MulBelowNormal(a, b, cb);
+  return MulWhereNot(BelowNormalLanes(y), BelowNormalBits(y), a, b);
 #else
   (void)cb;
   const DF d;
@@ -142,41 +152,31 @@ HWY_INLINE VF MulNoAssist(VF a, VF b) { return MulNoAssist(a, b, BelowNormalAdde
 
 // The products p[i] = a[i] * b[i], i < kN, MulNoAssist's bits (cb[i] = BelowNormalAddend(b[i])), with one test
 // for all kN vectors: when every lane of every product is below the normal range (as every product of a tiny
-// row is), MulBelowNormal's bits alone, without a lane test and multiply per vector.
+// row is), BelowNormalBits alone, without a lane test and multiply per vector.
 template <size_t kN>
 HWY_INLINE void MulNoAssistN(const VF* a, const VF* b, const VF* cb, VF* p) {
 #if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
-  const DF d;
-  const hn::RebindToUnsigned<DF> du;
-  using VU = hn::Vec<decltype(du)>;
-  VU y[kN];
-  VU any = hn::Zero(du);
+  VU32 y[kN];
+  VU32 any = hn::Zero(hn::RebindToUnsigned<DF>());
   for (size_t i = 0; i < kN; ++i) {
-    y[i] = hn::BitCast(du, hn::MulAdd(a[i], b[i], hn::Xor(hn::And(a[i], hn::SignBit(d)), cb[i])));
+    y[i] = MulBelowNormal(a[i], b[i], cb[i]);
     any = hn::Or(any, y[i]);
   }
-  // Every y's exponent field is 1 (|y| < 2^-125) when their OR has no bit above it.
-  const VU exponent_above_one = hn::Set(du, 0x7F000000u);
-  const VU min_normal = hn::Set(du, 0x00800000u);
-  if (hn::AllTrue(du, hn::Eq(hn::And(any, exponent_above_one), hn::Zero(du)))) {
-    for (size_t i = 0; i < kN; ++i) p[i] = hn::BitCast(d, hn::Sub(y[i], min_normal));
+  if (AllBelowNormal(any)) {
+    for (size_t i = 0; i < kN; ++i) p[i] = BelowNormalBits(y[i]);
     return;
   }
-  for (size_t i = 0; i < kN; ++i) {
-    const auto below = hn::RebindMask(d, hn::Eq(hn::And(y[i], exponent_above_one), hn::Zero(du)));
-    p[i] = MulWhereNot(below, hn::BitCast(d, hn::Sub(y[i], min_normal)), a[i], b[i]);
-  }
+  for (size_t i = 0; i < kN; ++i) p[i] = MulWhereNot(BelowNormalLanes(y[i]), BelowNormalBits(y[i]), a[i], b[i]);
 #else
   for (size_t i = 0; i < kN; ++i) p[i] = MulNoAssist(a[i], b[i], cb[i]);
 #endif
 }
 
 #if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
-using VU32 = hn::Vec<hn::RebindToUnsigned<DF>>;
-// The FMA results y[i] = fma(g[i], |s|, cg[i]) (cg[i] = BelowNormalAddend(g[i]): the sign of the product but for
-// s's) and the integer `fix` whose addition to y[i] gives the bits of rne(g[i] * s) where y[i] is below 2^-125
-// (2^-126's bits taken away, s's sign put in: plus 2^31 mod 2^32 flips the sign); returns whether every lane of
-// every y[i] is (their OR has no exponent bit above the lowest).
+// MulBelowNormal for g[i] * s, i < kN (cg[i] = BelowNormalAddend(g[i])), its FMA taking |s| so that cg[i] carries
+// the product's sign but for s's; `fix` is the integer whose addition to y[i] gives the bits of rne(g[i] * s)
+// in y's lanes below 2^-125 (2^-126's bits taken away, s's sign put in: plus 2^31 mod 2^32 flips the sign).
+// Returns AllBelowNormal of every y[i].
 template <size_t kN>
 HWY_INLINE bool ScaleBelowNormalN(const VF* g, const VF* cg, float s, VU32* y, VU32* fix) {
   const hn::RebindToUnsigned<DF> du;
@@ -187,7 +187,11 @@ HWY_INLINE bool ScaleBelowNormalN(const VF* g, const VF* cg, float s, VU32* y, V
     y[i] = hn::BitCast(du, hn::MulAdd(g[i], abs_s, cg[i]));
     any = hn::Or(any, y[i]);
   }
-  return hn::AllTrue(du, hn::Eq(hn::And(any, hn::Set(du, 0x7F000000u)), hn::Zero(du)));
+  return AllBelowNormal(any);
+}
+// rne(g * s) from ScaleBelowNormalN's y and fix for one vector g whose lanes need not all be below.
+HWY_INLINE VF ScaleFromBelowNormal(VU32 y, VU32 fix, VF g, float s) {
+  return MulWhereNot(BelowNormalLanes(y), hn::BitCast(DF(), hn::Add(y, fix)), g, hn::Set(DF(), s));
 }
 #endif
 
@@ -196,21 +200,16 @@ HWY_INLINE bool ScaleBelowNormalN(const VF* g, const VF* cg, float s, VU32* y, V
 template <size_t kN>
 HWY_INLINE void ScaleNoAssistN(const VF* g, const VF* cg, float s, VF* p) {
   const DF d;
-  const VF vs = hn::Set(d, s);
 #if MOEGRAD_ROW_OPS_SUBNORMAL_FMA
-  const hn::RebindToUnsigned<DF> du;
   VU32 y[kN];
   VU32 fix;
   if (ScaleBelowNormalN<kN>(g, cg, s, y, &fix)) {
     for (size_t i = 0; i < kN; ++i) p[i] = hn::BitCast(d, hn::Add(y[i], fix));
     return;
   }
-  for (size_t i = 0; i < kN; ++i) {
-    const auto below = hn::RebindMask(d, hn::Eq(hn::And(y[i], hn::Set(du, 0x7F000000u)), hn::Zero(du)));
-    p[i] = MulWhereNot(below, hn::BitCast(d, hn::Add(y[i], fix)), g[i], vs);
-  }
+  for (size_t i = 0; i < kN; ++i) p[i] = ScaleFromBelowNormal(y[i], fix, g[i], s);
 #else
-  for (size_t i = 0; i < kN; ++i) p[i] = MulNoAssist(vs, g[i], cg[i]);
+  for (size_t i = 0; i < kN; ++i) p[i] = MulNoAssist(hn::Set(d, s), g[i], cg[i]);
 #endif
 }
 

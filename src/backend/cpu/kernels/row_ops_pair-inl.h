@@ -40,27 +40,37 @@ HWY_INLINE void LoadBF16x32(const hwy::bfloat16_t* p, __m512* lo, __m512* hi) {
   *hi = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx_hi, raw));
 }
 
-// v rounded to bf16 as BF16BitsRNE does, the result in the upper 16 bits of each lane; four instructions
-// instead of six: u + 0x7fff, plus one where the lowest kept bit (bit 16) is set, then vfixupimmps puts back
-// a NaN, quieted (its response table answers a quiet NaN with itself, a signalling one with itself quieted,
-// and every other class with the rounded bits).
-HWY_INLINE __m512i RoundToBF16High(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
+// The finite value of bits u + fix rounded to bf16 as BF16BitsRNE does, in the upper 16 bits of each lane, for
+// a fix with no bit below bit 17 (u's bit 16 is then the sum's): u + fix + 0x7fff, plus one where the lowest
+// kept bit is set.
+HWY_INLINE __m512i RoundBitsToBF16High(__m512i u, __m512i fix) {
   const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
-  __m512i rounded = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
-  rounded = _mm512_mask_add_epi32(rounded, odd, rounded, _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(fix, _mm512_set1_epi32(0x7fff)));
+  return _mm512_mask_add_epi32(rounded, odd, rounded, _mm512_set1_epi32(1));
+}
+
+// v rounded to bf16 as BF16BitsRNE does, the result in the upper 16 bits of each lane; four instructions
+// instead of six: RoundBitsToBF16High, then vfixupimmps puts back a NaN, quieted (its response table answers a
+// quiet NaN with itself, a signalling one with itself quieted, and every other class with the rounded bits).
+HWY_INLINE __m512i RoundToBF16High(__m512 v) {
+  const __m512i rounded = RoundBitsToBF16High(_mm512_castps_si512(v), _mm512_setzero_si512());
   return _mm512_castps_si512(_mm512_fixupimm_ps(_mm512_castsi512_ps(rounded), v, _mm512_set1_epi32(0x21), 0));
+}
+
+// Stores the upper words of lo's lanes, then hi's, as 32 bf16 at p.
+template <bool kStream>
+HWY_INLINE void PutHighWords(__m512i lo, __m512i hi, hwy::bfloat16_t* p) {
+  const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                                       25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __m512i packed = _mm512_permutex2var_epi16(lo, idx, hi);
+  if (kStream) _mm512_stream_si512(reinterpret_cast<__m512i*>(p), packed);
+  else _mm512_storeu_si512(reinterpret_cast<void*>(p), packed);
 }
 
 // Stores rne(lo) and rne(hi) as 32 bf16 at p.
 template <bool kStream>
 HWY_INLINE void PutBF16x32(__m512 lo, __m512 hi, hwy::bfloat16_t* p) {
-  // The upper word of every lane, lo's lanes first.
-  const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
-                                       25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  const __m512i packed = _mm512_permutex2var_epi16(RoundToBF16High(lo), idx, RoundToBF16High(hi));
-  if (kStream) _mm512_stream_si512(reinterpret_cast<__m512i*>(p), packed);
-  else _mm512_storeu_si512(reinterpret_cast<void*>(p), packed);
+  PutHighWords<kStream>(RoundToBF16High(lo), RoundToBF16High(hi), p);
 }
 #endif
 
@@ -163,23 +173,17 @@ HWY_INLINE void PutScaleNoAssistN(const VF* g, const VF* cg, float s, T* p) {
     VU32 y[kN];
     VU32 fix;
     if (ScaleBelowNormalN<kN>(g, cg, s, y, &fix)) {
-      const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29,
-                                           27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-      const __m512i add = _mm512_add_epi32(fix.raw, _mm512_set1_epi32(0x7fff));
-      __m512i r[kN];
-      for (size_t i = 0; i < kN; ++i) {
-        const __mmask16 odd = _mm512_test_epi32_mask(y[i].raw, _mm512_set1_epi32(0x10000));
-        r[i] = _mm512_mask_add_epi32(_mm512_add_epi32(y[i].raw, add), odd, _mm512_add_epi32(y[i].raw, add),
-                                     _mm512_set1_epi32(1));
-      }
       for (size_t i = 0; i < kN; i += 2) {
-        const __m512i packed = _mm512_permutex2var_epi16(r[i], idx, r[i + 1]);
-        auto* q = reinterpret_cast<__m512i*>(p + i * kL);
-        if (kStream) _mm512_stream_si512(q, packed);
-        else _mm512_storeu_si512(reinterpret_cast<void*>(q), packed);
+        PutHighWords<kStream>(RoundBitsToBF16High(y[i].raw, fix.raw), RoundBitsToBF16High(y[i + 1].raw, fix.raw),
+                              p + i * kL);
       }
       return;
     }
+    for (size_t i = 0; i < kN; i += 2) {
+      PutPair<kStream>(ScaleFromBelowNormal(y[i], fix, g[i], s), ScaleFromBelowNormal(y[i + 1], fix, g[i + 1], s),
+                       p + i * kL);
+    }
+    return;
   }
 #endif
   VF prod[kN];

@@ -230,7 +230,8 @@ HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const TokenPairRows<T
     } else {
       const VF vs = hn::Set(d, p.s);
       for (size_t i = 0; i < kSteps; i += 2) {
-        PutPair<kStream>(Product<kForm>(gv[i], vs), Product<kForm>(gv[i + 1], vs), p.out + j + static_cast<int64_t>(i) * kL);
+        PutPair<kStream>(Product<kForm>(gv[i], vs), Product<kForm>(gv[i + 1], vs),
+                         p.out + j + static_cast<int64_t>(i) * kL);
       }
     }
   }
