@@ -679,8 +679,32 @@ HWY_NOINLINE void TestScaleDotToken() {
               constexpr bool kCan = CanStream<T>();
               const bool streamed = kCan && stream && all_aligned;
               const T* gn = g_next.row();
-              if (scaled) ScaleDotTokenAny<T, true>(streamed, product, g.row(), gn, pairs, count, end, n, part);
-              else ScaleDotTokenAny<T, false>(streamed, product, g.row(), gn, pairs, count, end, n, part);
+              // Unstreamed walks in the plain or fused form go as the callers take them (ScaleDotTokenWatched):
+              // on tiny values they must switch to kNoAssist after their first step (where the watch reads the
+              // flags) when there is a second, on ordinary values never. The others walk in two parts, split at a
+              // step boundary: the second goes on from the first's partial sums.
+              const int64_t steps = end / TokenStep<T>();
+              const int64_t split = (form % (steps + 1)) * TokenStep<T>();
+              auto walk = [&](auto dot) {
+                constexpr bool kD = decltype(dot)::value;
+                if (product != kNoAssist && !stream) {
+                  UnderflowWatch watch(WatchesUnderflow<T>());
+                  const int got = ScaleDotTokenWatched<T, kD>(streamed, watch, product == kFused, g.row(), gn, pairs,
+                                                              count, end, n, part);
+                  const bool switches = MOEGRAD_UNDERFLOW_WATCH_MXCSR && WatchesUnderflow<T>() && kD &&
+                                        values == 1 && end > TokenStep<T>();
+                  if (values != 2) {
+                    EXPECT_EQ(got, switches ? kNoAssist : product) << At<T>("ScaleDotTokenWatched", n);
+                  }
+                  return got;
+                }
+                const int64_t reached =
+                    ScaleDotTokenAny<T, kD>(streamed, product, g.row(), gn, pairs, count, 0, split, n, part, nullptr);
+                EXPECT_EQ(reached, split) << At<T>("ScaleDotToken, first part", n);
+                ScaleDotTokenAny<T, kD>(streamed, product, g.row(), gn, pairs, count, split, end, n, part, nullptr);
+                return product;
+              };
+              const int tail_form = scaled ? walk(std::true_type()) : walk(std::false_type());
               for (int64_t m = 0; m < count; ++m) {
                 const size_t i = static_cast<size_t>(m);
                 ScaleDotRows<T> q;
@@ -694,11 +718,11 @@ HWY_NOINLINE void TestScaleDotToken() {
                                          (product == 1 ? " fma" : product == 2 ? " no-assist" : "") +
                                          (values == 1 ? " tiny" : values == 2 ? " mixed" : "");
                 if (scaled) {
-                  const float got = ScaleRowDot<T>(q, pairs[m].s, stream, n, end, part[m], product);
+                  const float got = ScaleRowDot<T>(q, pairs[m].s, stream, n, end, part[m], tail_form);
                   const float want = rt::RefDot(q.x, 1, q.b, 1, q.g, 1, n);
                   ASSERT_TRUE(rt::SameFloat(got, want)) << At<T>("ScaleDotToken", n, more);
                 } else if (q.out != nullptr && end < n) {
-                  ScaleRowDot<T>(q, 1.0f, stream, n, end, nullptr, product);
+                  ScaleRowDot<T>(q, 1.0f, stream, n, end, nullptr, tail_form);
                 }
                 hwy::FlushStream();
                 if (q.out == nullptr) {
@@ -715,6 +739,49 @@ HWY_NOINLINE void TestScaleDotToken() {
       }
     }
   });
+}
+
+// A token walk's out = rne(g * s) once its products take the assist-free form, for every bf16 gradY value
+// (all 2^16 patterns in order, so that each 256-byte step holds one sign and one exponent: whole steps below
+// fp32's normal range take the one-test path, bf16 on AVX-512 the rounding by one float add) and scales of
+// either sign: powers of two, whose exact products land on bf16 rounding ties of the subnormal grid, and
+// scales with a full mantissa, whose products round to fp32 first (a second rounding, to bf16, that must
+// not be skipped); for fp32 rows, random values of every exponent in the same blocks.
+HWY_NOINLINE void TestScaleTokenEveryBF16() {
+  std::mt19937 rng(37);
+  std::vector<float> scales;
+  for (int e = -45; e <= 2; ++e) {
+    for (float sign : {1.0f, -1.0f}) {
+      scales.push_back(sign * std::ldexp(1.0f, e));
+      scales.push_back(sign * std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffffu) / 8388608.0f, e));
+    }
+  }
+  auto run = [&](auto zero, Buffer<decltype(zero)>& g, int64_t n) {
+    using T = decltype(zero);
+    for (size_t k = 0; k < scales.size(); ++k) {
+      const float s = scales[k];
+      const bool stream = k % 2 == 0;
+      Buffer<T> out(n, 1, 0);
+      TokenPairRows<T> pair;
+      pair.out = out.row();
+      pair.s = s;
+      ScaleDotTokenAny<T, false>(stream && CanStream<T>(), kNoAssist, g.row(), nullptr, &pair, 1, 0, n, n, nullptr,
+                                 nullptr);
+      hwy::FlushStream();
+      ASSERT_TRUE(out.Check([&](int64_t j) { return rt::Narrow<T>(rt::Widen(g.at(j)) * s); }))
+          << At<T>("ScaleDotToken every value", n, "s " + std::to_string(s));
+    }
+  };
+  const int64_t n = int64_t{1} << 16;
+  Buffer<hwy::bfloat16_t> gb(n, 1, 0);
+  for (int64_t j = 0; j < n; ++j) gb.at(j) = rt::FromBits<hwy::bfloat16_t>(static_cast<uint32_t>(j));
+  run(hwy::bfloat16_t{}, gb, n);
+  Buffer<float> gf(n, 1, 0);
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t top = static_cast<uint32_t>(j / TokenStep<float>()) % 512;  // sign and exponent per step
+    gf.at(j) = rt::FromBits<float>((top << 23) | (rng() & 0x7fffffu));
+  }
+  run(float{}, gf, n);
 }
 
 // --- products without a microcode assist ---------------------------------------------------------------
@@ -882,6 +949,36 @@ HWY_NOINLINE void TestSumTermsForms() {
             };
             check(std::integral_constant<int, kFused>());
             check(std::integral_constant<int, kNoAssist>());
+            if (count <= kGroup) {
+              // As the forward walks take a row: a first row (probe) of tiny products switches to kNoAssist
+              // after its first kTermProbeBytes (where the watch is read), the rest of it in that form; a row
+              // after it does not split. The same bits either way.
+              const int64_t probe_n = kTermProbeBytes / static_cast<int64_t>(sizeof(T));
+              bool tiny_product = false;  // a product below 2^-126 in the columns before the watch is read
+              for (int64_t j = 0; j < std::min(n, probe_n); ++j) {
+                for (const Term<T>& t : terms) {
+                  float v = rt::Widen(t.x[j]);
+                  if (t.b != nullptr) v = v + rt::Widen(t.b[j]);
+                  const double p = static_cast<double>(v) * static_cast<double>(t.s);
+                  if (t.scaled && p != 0.0 && std::fabs(p) < 0x1p-126) tiny_product = true;
+                }
+              }
+              for (int probe = 0; probe < 2; ++probe) {
+                for (bool stream : {false, true}) {
+                  Buffer<T> dst(n, 1, 0);
+                  UnderflowWatch watch(WatchesUnderflow<T>());
+                  const int got =
+                      SumTermsRowWatched<T>(watch, probe == 1, stream, terms.data(), count, nullptr, 0, dst.row(), n);
+                  hwy::FlushStream();
+                  ASSERT_TRUE(dst.Check(expected)) << At<T>("SumTermsRowWatched", n, more);
+                  const bool switches = MOEGRAD_UNDERFLOW_WATCH_MXCSR && WatchesUnderflow<T>() && tiny_product &&
+                                        probe == 1 && n > probe_n;
+                  if (tiny) {
+                    EXPECT_EQ(got, switches ? kNoAssist : kFused) << At<T>("SumTermsRowWatched", n, more);
+                  }
+                }
+              }
+            }
           }
         }
       }
@@ -906,6 +1003,7 @@ HWY_EXPORT_AND_TEST_P(RowOpsTest, TestGatherSums);
 HWY_EXPORT_AND_TEST_P(RowOpsTest, TestDotRow);
 HWY_EXPORT_AND_TEST_P(RowOpsTest, TestScaleRowDot);
 HWY_EXPORT_AND_TEST_P(RowOpsTest, TestScaleDotToken);
+HWY_EXPORT_AND_TEST_P(RowOpsTest, TestScaleTokenEveryBF16);
 HWY_EXPORT_AND_TEST_P(RowOpsTest, TestMulNoAssist);
 HWY_EXPORT_AND_TEST_P(RowOpsTest, TestSumTermsForms);
 

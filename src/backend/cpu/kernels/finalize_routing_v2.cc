@@ -88,15 +88,7 @@ void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
         const int count = rows_count[cur];
         const Term<T>* next = rows_terms[cur ^ 1];
         const int next_count = rows_count[cur ^ 1];
-        WithTermForm(watch.seen(), [&](auto form) {
-          constexpr int kForm = decltype(form)::value;
-          if (CanStream<T>() && stream && StreamAligned(dst)) {
-            SumTermsUnit<T, CanStream<T>(), false, false, kForm>(these, count, next, next_count, dst, H);
-          } else {
-            SumTermsUnit<T, false, false, false, kForm>(these, count, next, next_count, dst, H);
-          }
-        });
-        watch.Poll();
+        SumTermsRowWatched<T>(watch, r == begin, stream, these, count, next, next_count, dst, H);
         cur ^= 1;
         continue;
       }

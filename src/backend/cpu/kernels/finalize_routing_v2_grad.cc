@@ -108,16 +108,18 @@ void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t 
     if (next_count > 0) look_up(next0, next);
     const T* g_next = next_count > 0 && next0 / K != r ? p.grad_y.Row<const T>(next0 / K) : nullptr;
     bool aligned = true;
-    // From the first underflow on MulNoAssist; until then bf16 with a large bias table takes the fused form.
-    const int form = FormAfter(watch, fma_from_start);
     for (int64_t m = 0; m < count; ++m) {
       pairs[m].x_next = m < next_count ? next[m].x : nullptr;
       pairs[m].prefetch_b = prefetch_bias && pairs[m].b != nullptr;
       pairs[m].b_next = prefetch_bias && m < next_count ? next[m].b : nullptr;
       if (pairs[m].out != nullptr && !StreamAligned(pairs[m].out)) aligned = false;
     }
-    if (has_scales) ScaleDotTokenAny<T, true>(stream && aligned, form, g, g_next, pairs, count, end, H, part);
-    else ScaleDotTokenAny<T, false>(stream && aligned, form, g, g_next, pairs, count, end, H, part);
+    // From the first underflow on MulNoAssist; until then bf16 with a large bias table takes the fused form.
+    const bool st = stream && aligned;
+    const bool fused = fma_from_start;
+    const int form = has_scales
+                         ? ScaleDotTokenWatched<T, true>(st, watch, fused, g, g_next, pairs, count, end, H, part)
+                         : ScaleDotTokenWatched<T, false>(st, watch, fused, g, g_next, pairs, count, end, H, part);
     // Columns [end, H), and the dots summed up.
     for (int64_t m = 0; m < count; ++m) {
       ScaleDotRows<T> q;

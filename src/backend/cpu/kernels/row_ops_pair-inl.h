@@ -15,7 +15,9 @@
 #define MOEGRAD_KERNELS_ROW_OPS_PAIR_INL_H_
 #endif
 
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "hwy/highway.h"
 #include "src/backend/cpu/kernels/row_ops-inl.h"
@@ -40,37 +42,38 @@ HWY_INLINE void LoadBF16x32(const hwy::bfloat16_t* p, __m512* lo, __m512* hi) {
   *hi = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx_hi, raw));
 }
 
-// The finite value of bits u + fix rounded to bf16 as BF16BitsRNE does, in the upper 16 bits of each lane, for
-// a fix with no bit below bit 17 (u's bit 16 is then the sum's): u + fix + 0x7fff, plus one where the lowest
-// kept bit is set.
-HWY_INLINE __m512i RoundBitsToBF16High(__m512i u, __m512i fix) {
-  const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
-  const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(fix, _mm512_set1_epi32(0x7fff)));
-  return _mm512_mask_add_epi32(rounded, odd, rounded, _mm512_set1_epi32(1));
-}
-
 // v rounded to bf16 as BF16BitsRNE does, the result in the upper 16 bits of each lane; four instructions
-// instead of six: RoundBitsToBF16High, then vfixupimmps puts back a NaN, quieted (its response table answers a
-// quiet NaN with itself, a signalling one with itself quieted, and every other class with the rounded bits).
+// instead of six: v's bits + 0x7fff, plus one where the lowest kept bit is set, then vfixupimmps puts back a
+// NaN, quieted (its response table answers a quiet NaN with itself, a signalling one with itself quieted, and
+// every other class with the rounded bits).
 HWY_INLINE __m512i RoundToBF16High(__m512 v) {
-  const __m512i rounded = RoundBitsToBF16High(_mm512_castps_si512(v), _mm512_setzero_si512());
+  const __m512i u = _mm512_castps_si512(v);
+  const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
+  const __m512i up = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
+  const __m512i rounded = _mm512_mask_add_epi32(up, odd, up, _mm512_set1_epi32(1));
   return _mm512_castps_si512(_mm512_fixupimm_ps(_mm512_castsi512_ps(rounded), v, _mm512_set1_epi32(0x21), 0));
 }
 
-// Stores the upper words of lo's lanes, then hi's, as 32 bf16 at p.
+// 32 bf16 to p, as one cache line.
 template <bool kStream>
-HWY_INLINE void PutHighWords(__m512i lo, __m512i hi, hwy::bfloat16_t* p) {
-  const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
-                                       25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  const __m512i packed = _mm512_permutex2var_epi16(lo, idx, hi);
-  if (kStream) _mm512_stream_si512(reinterpret_cast<__m512i*>(p), packed);
-  else _mm512_storeu_si512(reinterpret_cast<void*>(p), packed);
+HWY_INLINE void PutLine(__m512i v, hwy::bfloat16_t* p) {
+  if (kStream) _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v);
+  else _mm512_storeu_si512(reinterpret_cast<void*>(p), v);
+}
+
+// Word kWord (0 the lower, 1 the upper) of lo's lanes, then of hi's, as 32 words.
+template <int kWord>
+HWY_INLINE __m512i PackWords(__m512i lo, __m512i hi) {
+  const __m512i idx = _mm512_add_epi16(_mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34,
+                                                        32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0),
+                                       _mm512_set1_epi16(kWord));
+  return _mm512_permutex2var_epi16(lo, idx, hi);
 }
 
 // Stores rne(lo) and rne(hi) as 32 bf16 at p.
 template <bool kStream>
 HWY_INLINE void PutBF16x32(__m512 lo, __m512 hi, hwy::bfloat16_t* p) {
-  PutHighWords<kStream>(RoundToBF16High(lo), RoundToBF16High(hi), p);
+  PutLine<kStream>(PackWords<1>(RoundToBF16High(lo), RoundToBF16High(hi)), p);
 }
 #endif
 
@@ -128,6 +131,12 @@ HWY_INLINE void PairPartials(const VF* acc, float* part) {
   constexpr size_t kLanes = hn::MaxLanes(DF());
   for (size_t q = 0; q < 16 / kLanes; ++q) hn::StoreU(acc[q], DF(), part + q * kLanes);
 }
+// The inverse of PairPartials: acc as a dot that stored `part` left it.
+template <typename T>
+HWY_INLINE void LoadPairPartials(const float* part, VF* acc) {
+  constexpr size_t kLanes = hn::MaxLanes(DF());
+  for (size_t q = 0; q < 16 / kLanes; ++q) acc[q] = hn::LoadU(DF(), part + q * kLanes);
+}
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 HWY_INLINE void LoadPair(const hwy::bfloat16_t* p, VF* v0, VF* v1) { LoadBF16x32(p, &v0->raw, &v1->raw); }
 template <bool kStream>
@@ -146,6 +155,13 @@ HWY_INLINE void PairPartials<hwy::bfloat16_t>(const VF* acc, float* part) {
   _mm256_storeu_ps(part, _mm256_permute2f128_ps(acc[0].raw, acc[1].raw, 0x20));
   _mm256_storeu_ps(part + 8, _mm256_permute2f128_ps(acc[0].raw, acc[1].raw, 0x31));
 }
+template <>
+HWY_INLINE void LoadPairPartials<hwy::bfloat16_t>(const float* part, VF* acc) {
+  const __m256 lo = _mm256_loadu_ps(part);
+  const __m256 hi = _mm256_loadu_ps(part + 8);
+  acc[0].raw = _mm256_permute2f128_ps(lo, hi, 0x20);
+  acc[1].raw = _mm256_permute2f128_ps(lo, hi, 0x31);
+}
 #if MOEGRAD_ROW_OPS_F16C
 // fp16: both halves converted (vcvtps2ph, to nearest even as StoreF32) and stored as one 32-byte vector
 // rather than two 16-byte ones (permute grad f16 +3 to +8 points of copy on AVX2; on AVX-512 the same with
@@ -161,21 +177,45 @@ HWY_INLINE void PutPair(VF v0, VF v1, hwy::float16_t* p) {
 #endif
 #endif
 
-// PutPair of ScaleNoAssistN's products, kN vectors (a whole number of pairs) to p: out = rne(g * s) with no
-// subnormal in or out of any float operation. bf16 on AVX-512: when every product is below fp32's normal range,
-// the rounding to bf16 takes ScaleBelowNormalN's results directly, its integer add folded into that of the
-// rounding (the fix has no bit below 2^23, so the lowest kept bit, bit 16, is y's) and no NaN to put back.
-template <bool kStream, size_t kN, typename T>
-HWY_INLINE void PutScaleNoAssistN(const VF* g, const VF* cg, float s, T* p) {
-  constexpr size_t kL = hn::MaxLanes(DF());
+#undef MOEGRAD_ROW_OPS_BF16_GRID  // per target
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define MOEGRAD_ROW_OPS_BF16_GRID 1
+// bf16 rounding of a product below fp32's normal range by one float add. ScaleBelowNormalN's y = fma(g, |s|, cg)
+// is sign(g) * (2^-126 + |p|), p = rne(g * |s|) to fp32: |p| = m * 2^-149, m < 2^23. BF16GridAddend(g) is
+// sign(g) * A with A = 1.5 * 2^-110 + (0x8000 if g's sign is set, else 0) * 2^-133 - 128 * 2^-133, an even
+// multiple of 2^-133 in the binade [2^-110, 2^-109), where floats are 2^-133 apart, the bf16 spacing below
+// 2^-125. So z = y + BF16GridAddend(g) rounds |y| / 2^-133 = 128 + m / 2^16 to an integer, ties to even, once:
+// 128 + rne(m / 2^16), and rne(m / 2^16) is the magnitude of p's bf16 bits, as BF16BitsRNE rounds them (the
+// largest, 128, is 2^-126's). z's mantissa field is 0x400000 + (0x8000 if g < 0) + those bits, so z's lower
+// word is p's bf16 bits with g's sign; s's is put in after (PutScaleNoAssistN). A zero g gives a zero of the
+// product's sign, as the multiply does.
+HWY_INLINE VF BF16GridAddend(VF g) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  return hn::IfNegativeThenElse(g, hn::BitCast(d, hn::Set(du, 0x88C07F80u)), hn::BitCast(d, hn::Set(du, 0x08BFFF80u)));
+}
+#else
+#define MOEGRAD_ROW_OPS_BF16_GRID 0
+#endif
+
+// PutPair of ScaleNoAssistN's products, kN vectors (a whole number of pairs) to p: out = rne(g * s) with no
+// subnormal in or out of any float operation. bf16 on AVX-512 (kg[i] = BF16GridAddend(g[i]), read by it
+// alone): when every product is below fp32's normal range, each vector rounds to bf16 by one float add, the
+// lower words of two are packed into one line and s's sign goes into their sign bits (BF16GridAddend).
+template <bool kStream, size_t kN, typename T>
+HWY_INLINE void PutScaleNoAssistN(const VF* g, const VF* cg, const VF* kg, float s, T* p) {
+  constexpr size_t kL = hn::MaxLanes(DF());
+#if MOEGRAD_ROW_OPS_BF16_GRID
   if constexpr (hwy::IsSame<T, hwy::bfloat16_t>()) {
     VU32 y[kN];
     VU32 fix;
     if (ScaleBelowNormalN<kN>(g, cg, s, y, &fix)) {
+      const __m512i sign = _mm512_set1_epi16(std::signbit(s) ? static_cast<int16_t>(0x8000) : 0);
       for (size_t i = 0; i < kN; i += 2) {
-        PutHighWords<kStream>(RoundBitsToBF16High(y[i].raw, fix.raw), RoundBitsToBF16High(y[i + 1].raw, fix.raw),
-                              p + i * kL);
+        const __m512 z0 = _mm512_add_ps(_mm512_castsi512_ps(y[i].raw), kg[i].raw);
+        const __m512 z1 = _mm512_add_ps(_mm512_castsi512_ps(y[i + 1].raw), kg[i + 1].raw);
+        PutLine<kStream>(_mm512_xor_si512(PackWords<0>(_mm512_castps_si512(z0), _mm512_castps_si512(z1)), sign),
+                         p + i * kL);
       }
       return;
     }
@@ -186,6 +226,7 @@ HWY_INLINE void PutScaleNoAssistN(const VF* g, const VF* cg, float s, T* p) {
     return;
   }
 #endif
+  (void)kg;
   VF prod[kN];
   ScaleNoAssistN<kN>(g, cg, s, prod);
   for (size_t i = 0; i < kN; i += 2) PutPair<kStream>(prod[i], prod[i + 1], p + i * kL);

@@ -11,7 +11,8 @@
 // registers, which the token walk's partial sums already fill); on an Intel Xeon with AVX-512 and AMX the
 // fused form takes the slow path too, and only MulNoAssist, which keeps subnormals out of every float
 // multiply, avoids it. So the callers run the plain multiply until their UnderflowWatch (underflow_watch.h)
-// reports an underflow, then MulNoAssist (FormAfter; ScaleDotTokenAny's and ScaleRowDot's `form`), with the
+// reports an underflow, then MulNoAssist (FormAfter; ScaleDotTokenAny's and ScaleRowDot's `form`; a token walk
+// reads the watch after its first step too and goes on in MulNoAssist from there: ScaleDotTokenWatched), with the
 // addend of the gradY factor computed once for both products of a column (and for all the pairs of a token);
 // a bf16 walk with a large bias table, which the fused form made faster on
 // ordinary values too, runs the fused form until then (FmaFromTheStart).
@@ -191,14 +192,16 @@ HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
   for (size_t i = 0; i < TokenStepVecs<T>(); i += 2) LoadPair(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
 }
 
-// One 256-byte step of one pair, gv the step's gradY columns (cgv their BelowNormalAddend, read only by
-// kNoAssist): the dot's 16 partial sums acc take (x + b) * g
+// One 256-byte step of one pair, gv the step's gradY columns (cgv their BelowNormalAddend and kgv their
+// BF16GridAddend, read only by kNoAssist, whose products take one test per step: MulNoAssistN,
+// PutScaleNoAssistN): the dot's 16 partial sums acc take (x + b) * g
 // column block by column block (x, b as present), then out = rne(g * s); all loads of the step come before
 // its stores (rows of different pairs often share their address bits below 4 KiB, and a load behind a store
 // to such an address waits for it). Rows move two vectors at a time (LoadPair, PutPair: whole cache lines of
 // bf16 on AVX-512).
 template <bool kStream, bool kDot, int kForm, typename T>
-HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const TokenPairRows<T>& p, int64_t j, VF* acc) {
+HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const VF* kgv, const TokenPairRows<T>& p, int64_t j,
+                              VF* acc) {
   constexpr size_t kSteps = TokenStepVecs<T>();
   constexpr size_t kVecs = 16 / hn::MaxLanes(DF());
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
@@ -226,7 +229,7 @@ HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const TokenPairRows<T
   }
   if (p.out != nullptr) {
     if constexpr (kForm == kNoAssist) {
-      PutScaleNoAssistN<kStream, kSteps>(gv, cgv, p.s, p.out + j);
+      PutScaleNoAssistN<kStream, kSteps>(gv, cgv, kgv, p.s, p.out + j);
     } else {
       const VF vs = hn::Set(d, p.s);
       for (size_t i = 0; i < kSteps; i += 2) {
@@ -238,13 +241,19 @@ HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const TokenPairRows<T
 }
 
 // For the `count` (<= kTokenGroup) pairs of one token with gradY row g (unit-stride rows of n elements),
-// columns [0, end) with end a multiple of TokenStep<T>(): out = rne(g * s) for each pair with out, and with
-// kDot the 16 partial sums part[m] of pair m take (x + b) * g exactly as ScaleRowDotUnit's do (start from
-// zero), ready for ScaleRowDot to finish from `end`. g_next is the next token's gradY row (or null); both it and
-// the x_next rows are prefetched as the walk nears the end. With kStream every out is StreamAligned.
+// columns [begin, end) with begin and end multiples of TokenStep<T>(): out = rne(g * s) for each pair with out,
+// and with kDot the 16 partial sums part[m] of pair m take (x + b) * g exactly as ScaleRowDotUnit's do (from
+// zero at begin = 0, else from part[m] as a walk that stopped at begin left them: the same sums in the same
+// order), ready for ScaleRowDot to finish from `end`. g_next is the next token's gradY row (or null); both it
+// and the x_next rows are prefetched as the walk nears the end. With kStream every out is StreamAligned.
+// With a `probe` (a walk whose products are not yet kNoAssist) the walk polls it after its first step and
+// stops there if it has seen an underflow, so that the caller goes on in kNoAssist: a token's products that
+// underflow take the slow path of the multiply for one step, not for the whole walk. Returns the column the
+// walk reached (end, unless it stopped).
 template <typename T, bool kStream, bool kDot, int kForm>
-HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const TokenPairRows<T>* pairs,
-                                int64_t count, int64_t end, int64_t n, float (*part)[16]) {
+HWY_NOINLINE int64_t ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const TokenPairRows<T>* pairs,
+                                   int64_t count, int64_t begin, int64_t end, int64_t n, float (*part)[16],
+                                   UnderflowWatch* probe) {
   constexpr int64_t kStep = TokenStep<T>();
   constexpr int64_t kAhead = kTokenPrefetchBytes / static_cast<int64_t>(sizeof(T));
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
@@ -253,9 +262,14 @@ HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const 
   const DF d;
   VF acc[kTokenGroup][kVecs];
   for (int64_t m = 0; m < count; ++m) {
-    for (size_t q = 0; q < kVecs; ++q) acc[m][q] = hn::Zero(d);
+    if (kDot && begin > 0) {
+      LoadPairPartials<T>(part[m], acc[m]);
+    } else {
+      for (size_t q = 0; q < kVecs; ++q) acc[m][q] = hn::Zero(d);
+    }
   }
-  for (int64_t j = 0; j < end; j += kStep) {
+  int64_t j = begin;
+  while (j < end) {
     for (int64_t o = j + kAhead; o < j + kAhead + kStep; o += kLine) {
       PrefetchAhead(g, g_next, o, n);
       for (int64_t m = 0; m < count; ++m) {
@@ -266,30 +280,68 @@ HWY_NOINLINE void ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const 
     VF gv[TokenStepVecs<T>()];
     LoadTokenStep(g, j, gv);
     VF cgv[TokenStepVecs<T>()];
-    for (size_t i = 0; i < TokenStepVecs<T>(); ++i) cgv[i] = kForm == kNoAssist ? BelowNormalAddend(gv[i]) : gv[i];
-    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot, kForm>(gv, cgv, pairs[m], j, acc[m]);
+    VF kgv[TokenStepVecs<T>()];
+    for (size_t i = 0; i < TokenStepVecs<T>(); ++i) {
+      cgv[i] = kForm == kNoAssist ? BelowNormalAddend(gv[i]) : gv[i];
+#if MOEGRAD_ROW_OPS_BF16_GRID
+      kgv[i] = kForm == kNoAssist && hwy::IsSame<T, hwy::bfloat16_t>() ? BF16GridAddend(gv[i]) : gv[i];
+#else
+      kgv[i] = gv[i];
+#endif
+    }
+    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot, kForm>(gv, cgv, kgv, pairs[m], j, acc[m]);
+    j += kStep;
+    if (kForm != kNoAssist && probe != nullptr && j == begin + kStep) {
+      probe->Poll();
+      if (probe->seen()) break;
+    }
   }
-  if (!kDot) return;
-  for (int64_t m = 0; m < count; ++m) PairPartials<T>(acc[m], part[m]);
+  if (kDot) {
+    for (int64_t m = 0; m < count; ++m) PairPartials<T>(acc[m], part[m]);
+  }
+  return j;
 }
 
 // ScaleDotToken with its stores streamed when `stream` (every out StreamAligned) and its products in `form`
 // (ProductForm; fp16 loops always take the plain multiply).
 template <typename T, bool kDot>
-HWY_INLINE void ScaleDotTokenAny(bool stream, int form, const T* HWY_RESTRICT g, const T* g_next,
-                                 const TokenPairRows<T>* pairs, int64_t count, int64_t end, int64_t n,
-                                 float (*part)[16]) {
+HWY_INLINE int64_t ScaleDotTokenAny(bool stream, int form, const T* HWY_RESTRICT g, const T* g_next,
+                                    const TokenPairRows<T>* pairs, int64_t count, int64_t begin, int64_t end,
+                                    int64_t n, float (*part)[16], UnderflowWatch* probe) {
   constexpr bool kCan = CanStream<T>();
   if (!WatchesUnderflow<T>()) form = kPlainMul;
   if (kCan && stream) {
-    if (form == kNoAssist) ScaleDotToken<T, kCan, kDot, kNoAssist>(g, g_next, pairs, count, end, n, part);
-    else if (form == kFused) ScaleDotToken<T, kCan, kDot, kFused>(g, g_next, pairs, count, end, n, part);
-    else ScaleDotToken<T, kCan, kDot, kPlainMul>(g, g_next, pairs, count, end, n, part);
-  } else {
-    if (form == kNoAssist) ScaleDotToken<T, false, kDot, kNoAssist>(g, g_next, pairs, count, end, n, part);
-    else if (form == kFused) ScaleDotToken<T, false, kDot, kFused>(g, g_next, pairs, count, end, n, part);
-    else ScaleDotToken<T, false, kDot, kPlainMul>(g, g_next, pairs, count, end, n, part);
+    if (form == kNoAssist) {
+      return ScaleDotToken<T, kCan, kDot, kNoAssist>(g, g_next, pairs, count, begin, end, n, part, probe);
+    }
+    if (form == kFused) {
+      return ScaleDotToken<T, kCan, kDot, kFused>(g, g_next, pairs, count, begin, end, n, part, probe);
+    }
+    return ScaleDotToken<T, kCan, kDot, kPlainMul>(g, g_next, pairs, count, begin, end, n, part, probe);
   }
+  if (form == kNoAssist) {
+    return ScaleDotToken<T, false, kDot, kNoAssist>(g, g_next, pairs, count, begin, end, n, part, probe);
+  }
+  if (form == kFused) {
+    return ScaleDotToken<T, false, kDot, kFused>(g, g_next, pairs, count, begin, end, n, part, probe);
+  }
+  return ScaleDotToken<T, false, kDot, kPlainMul>(g, g_next, pairs, count, begin, end, n, part, probe);
+}
+
+// The token walk of ScaleDotTokenAny over columns [0, end) as the callers take it, with the form of its products
+// after `watch` (FormAfter; `fused` as there): until the watch has seen an underflow the walk probes it after
+// its first step and goes on in kNoAssist if it has. Returns the form the walk ended in, for the columns after
+// `end` (ScaleRowDot).
+template <typename T, bool kDot>
+HWY_INLINE int ScaleDotTokenWatched(bool stream, UnderflowWatch& watch, bool fused, const T* HWY_RESTRICT g,
+                                    const T* g_next, const TokenPairRows<T>* pairs, int64_t count, int64_t end,
+                                    int64_t n, float (*part)[16]) {
+  const int form = FormAfter(watch, fused);
+  UnderflowWatch* probe = form == kNoAssist ? nullptr : &watch;
+  const int64_t reached = ScaleDotTokenAny<T, kDot>(stream, form, g, g_next, pairs, count, 0, end, n, part, probe);
+  if (reached == end) return form;
+  ScaleDotTokenAny<T, kDot>(stream, kNoAssist, g, g_next, pairs, count, reached, end, n, part, nullptr);
+  return kNoAssist;
 }
 
 }  // namespace moegrad::kernels::HWY_NAMESPACE

@@ -130,17 +130,10 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
     T* dst = p.unpermuted.Row<T>(t);
     if (counts[cur] < 0) {
       sum_many(t, terms[cur ^ 1], next);
+      watch.Poll();
     } else {
-      WithTermForm(watch.seen(), [&](auto form) {
-        constexpr int kForm = decltype(form)::value;
-        if (CanStream<T>() && stream && StreamAligned(dst)) {
-          SumTermsUnit<T, CanStream<T>(), false, false, kForm>(terms[cur], counts[cur], terms[cur ^ 1], next, dst, H);
-        } else {
-          SumTermsUnit<T, false, false, false, kForm>(terms[cur], counts[cur], terms[cur ^ 1], next, dst, H);
-        }
-      });
+      SumTermsRowWatched<T>(watch, t == begin, stream, terms[cur], counts[cur], terms[cur ^ 1], next, dst, H);
     }
-    watch.Poll();
     cur ^= 1;
   }
 }

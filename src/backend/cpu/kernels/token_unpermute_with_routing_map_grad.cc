@@ -119,12 +119,12 @@ void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool st
     const T* g_next = next.count > 0 && next.t != g.t ? p.grad.Row<const T>(next.t) : nullptr;
     TokenPairRows<T>* q = rows[cur];
     bool aligned = true;
-    const int form = FormAfter(watch, false);
     for (int64_t m = 0; m < g.count; ++m) {
       q[m].x_next = m < next.count ? rows[cur ^ 1][m].x : nullptr;
       aligned = aligned && StreamAligned(q[m].out);
     }
-    ScaleDotTokenAny<T, true>(stream && aligned, form, gr, g_next, q, g.count, end, H, part);
+    const bool st = stream && aligned;
+    const int form = ScaleDotTokenWatched<T, true>(st, watch, false, gr, g_next, q, g.count, end, H, part);
     for (int64_t m = 0; m < g.count; ++m) {
       ScaleDotRows<T> r;
       r.g = gr;
