@@ -499,15 +499,16 @@ HWY_NOINLINE void TestSumRowsOf() {
   });
 }
 
-// The gather sums of unit-stride rows: SumRowPtrs (two vectors per step, raw 16-bit paths) and
-// SumManyRowsUnit (blocks of 2048 columns, eight rows per pass), ordinary and streaming stores: the same
-// sums as SumRowsOf with every scale 1.
+// The gather sums of unit-stride rows: SumRowPtrs (two vectors per step, raw 16-bit paths; long rows in groups
+// through an fp32 row, SumRowPtrsSplit) and SumManyRowsUnit (blocks of 2048 columns, eight rows per pass),
+// ordinary and streaming stores: the same sums as SumRowsOf with every scale 1.
 HWY_NOINLINE void TestGatherSums() {
   ForEachType([&](auto zero) {
     using T = decltype(zero);
     std::mt19937 rng(19);
     std::vector<int64_t> lengths = rt::Lengths();
     lengths.push_back(2048 + 31);  // SumManyRowsUnit: more than one block of columns
+    lengths.push_back(kSplitColumns / 2 + 33);  // rows that SplitsRows (8+ of them): groups of kSplitTerms
     for (int64_t n : lengths) {
       for (int64_t count : {0, 1, 2, 3, 7, 8, 9, 17, 33}) {
         for (bool ties : {false, true}) {
@@ -882,15 +883,19 @@ HWY_NOINLINE void TestMulNoAssist() {
 
 // SumTermsUnit and AddGroup give the scalar model's bits, rne((x_0 + b_0) * s_0 + (x_1 + b_1) * s_1 + ...)
 // left to right, in the fused form and in the assist-free form a walk takes after an underflow, on ordinary
-// values and on values whose products fall below fp32's normal range.
+// values and on values whose products fall below fp32's normal range; so does SumTermsRowWatched, whose long
+// rows of 9 and 16 terms go in groups through an fp32 row (SumTermsSplit).
 HWY_NOINLINE void TestSumTermsForms() {
   ForEachType([&](auto zero) {
     using T = decltype(zero);
     std::mt19937 rng(31);
     // Tiny rows: values near 2^-70 (fp16: its smallest normals) times scales that take products below 2^-126.
     const bool f16 = hwy::IsSame<T, hwy::float16_t>();
-    for (int64_t n : rt::Lengths()) {
-      for (int count : {1, 2, 5, 16, 21}) {  // 21: three groups through the fp32 row (kAccOut, both, kAccIn)
+    std::vector<int64_t> lengths = rt::Lengths();
+    lengths.push_back(kSplitColumns / 2 + 33);  // 9 and 16 terms: SumTermsRowWatched takes SumTermsSplit
+    for (int64_t n : lengths) {
+      for (int count : {1, 2, 5, 9, 16, 21}) {  // 21: three groups through the fp32 row (kAccOut, both, kAccIn)
+        if (n > 2048 && count != 9 && count != 16) continue;
         for (bool bias : {false, true}) {
           for (bool tiny : {false, true}) {
             std::vector<Buffer<T>> xs, bs;
@@ -954,11 +959,17 @@ HWY_NOINLINE void TestSumTermsForms() {
               // after its first kTermProbeBytes (where the watch is read), the rest of it in that form; a row
               // after it does not split. The same bits either way.
               const int64_t probe_n = kTermProbeBytes / static_cast<int64_t>(sizeof(T));
-              bool tiny_product = false;  // a product below 2^-126 in the columns before the watch is read
+              // A product below 2^-126, or a subnormal operand (the denormal-operand flag), in the columns
+              // before the watch is read.
+              bool tiny_product = false;
               for (int64_t j = 0; j < std::min(n, probe_n); ++j) {
                 for (const Term<T>& t : terms) {
                   float v = rt::Widen(t.x[j]);
-                  if (t.b != nullptr) v = v + rt::Widen(t.b[j]);
+                  if (std::fpclassify(v) == FP_SUBNORMAL) tiny_product = true;
+                  if (t.b != nullptr) {
+                    if (std::fpclassify(rt::Widen(t.b[j])) == FP_SUBNORMAL) tiny_product = true;
+                    v = v + rt::Widen(t.b[j]);
+                  }
                   const double p = static_cast<double>(v) * static_cast<double>(t.s);
                   if (t.scaled && p != 0.0 && std::fabs(p) < 0x1p-126) tiny_product = true;
                 }

@@ -84,6 +84,29 @@ HWY_INLINE void ZeroRowUnit(T* dst, int64_t n, bool stream) {
   std::memset(p, 0, static_cast<size_t>(bytes));
 }
 
+// --- rows read side by side -------------------------------------------------------------------------------
+
+// A unit-stride output row summed from `count` source rows of n elements is read in groups of at most
+// kSplitTerms rows through an fp32 row on the stack (SumTermsSplit, SumRowPtrsSplit) when it has at least
+// kSplitFrom rows longer than the walk's `min_bytes` (and at most kSplitColumns columns): the first group's sums
+// go to the fp32 row, the middle groups add to it, the last adds its rows to it and stores; the same additions in
+// the same order as one pass over all the rows. Fewer rows read at once: DeepSeek-V3's K = 8 walks (rows of 14
+// KiB in 16 bits, 28 KiB in f32) read faster so. Tokens of 5-7 rows (MoeInitRoutingV2Grad with half the pairs
+// active) went 6 points of copy slower: those stay in one pass.
+constexpr int64_t kSplitTerms = 4;
+constexpr int64_t kSplitFrom = 8;
+constexpr int64_t kSplitColumns = 16384;
+
+template <typename T>
+HWY_INLINE bool SplitsRows(int64_t count, int64_t n, int64_t min_bytes) {
+  return count >= kSplitFrom && n * static_cast<int64_t>(sizeof(T)) > min_bytes && n <= kSplitColumns;
+}
+
+// The size of the group of rows that starts at row m0 of `count` (SplitsRows).
+HWY_INLINE int64_t SplitGroupAt(int64_t m0, int64_t count) {
+  return count - m0 < kSplitTerms ? count - m0 : kSplitTerms;
+}
+
 // Prefetches element a of a row of n elements, or element a - n of `next` (if any) past the end.
 template <typename T>
 HWY_INLINE void PrefetchAhead(const T* row, const T* next, int64_t a, int64_t n) {

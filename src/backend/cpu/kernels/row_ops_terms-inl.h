@@ -182,9 +182,37 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
   }
 }
 
-// A whole unit-stride row of at most kGroup terms (SumTermsUnit, no fp32 row), its stores streamed when
-// `stream` and dst is StreamAligned, in the form after `watch` (WithTermForm), which it polls after the row;
-// returns the form of the row's last columns.
+// SumTermsUnit over a row of terms that SplitsRows longer than kTermSplitBytes: in groups of kSplitTerms terms
+// through an fp32 row. DeepSeek-V3's f32 combine (8 terms of 28 KiB, five alternated runs) went from 78-81% of
+// copy to 84-87%, its forward finalize in f32 +1..+5; its 16-bit rows (14 KiB, whose fp32 row is twice their
+// size) went 2-16 points slower, and slower still (-11..-17) with the groups a block of 2048 columns at a time:
+// they stay in one pass.
+constexpr int64_t kTermSplitBytes = 16384;
+
+template <typename T, bool kStream, int kForm>
+HWY_NOINLINE void SumTermsSplit(const Term<T>* terms, int count, const Term<T>* next, int next_count,
+                                T* HWY_RESTRICT dst, int64_t n) {
+  HWY_ALIGN float acc[kSplitColumns];
+  for (int m0 = 0; m0 < count;) {
+    const int size = static_cast<int>(SplitGroupAt(m0, count));
+    const int m1 = m0 + size;  // the next group
+    const bool last = m1 >= count;
+    const Term<T>* ahead = last ? next : terms + m1;
+    const int ahead_count = last ? next_count : static_cast<int>(SplitGroupAt(m1, count));
+    if (m0 == 0) {
+      SumTermsUnit<T, false, false, true, kForm>(terms, size, ahead, ahead_count, dst, n, acc);
+    } else if (!last) {
+      SumTermsUnit<T, false, true, true, kForm>(terms + m0, size, ahead, ahead_count, dst, n, acc);
+    } else {
+      SumTermsUnit<T, kStream, true, false, kForm>(terms + m0, size, ahead, ahead_count, dst, n, acc);
+    }
+    m0 = m1;
+  }
+}
+
+// A whole unit-stride row of at most kGroup terms (SumTermsUnit, or SumTermsSplit for long rows), its
+// stores streamed when `stream` and dst is StreamAligned, in the form after `watch` (WithTermForm), which it
+// polls after the row; returns the form of the row's last columns.
 // With `probe` (a walk's first row) and until the watch has seen an underflow, the row's first kTermProbeBytes
 // go first: the watch is polled, and the rest of the row goes in kNoAssist if it has seen one, so that a walk
 // of tiny values takes the slow path of the multiply for those columns only, not for its whole first row (the
@@ -200,7 +228,14 @@ HWY_INLINE int SumTermsRowWatched(UnderflowWatch& watch, bool probe, bool stream
     last = seen ? kNoAssist : kFused;
     WithTermForm(seen, [&](auto form) {
       constexpr int kForm = decltype(form)::value;
-      if (CanStream<T>() && stream && StreamAligned(out)) {
+      const bool streams = CanStream<T>() && stream && StreamAligned(out);
+      if (SplitsRows<T>(count, len, kTermSplitBytes)) {
+        if (streams) {
+          SumTermsSplit<T, CanStream<T>(), kForm>(ts, count, nx, nc, out, len);
+        } else {
+          SumTermsSplit<T, false, kForm>(ts, count, nx, nc, out, len);
+        }
+      } else if (streams) {
         SumTermsUnit<T, CanStream<T>(), false, false, kForm>(ts, count, nx, nc, out, len);
       } else {
         SumTermsUnit<T, false, false, false, kForm>(ts, count, nx, nc, out, len);
