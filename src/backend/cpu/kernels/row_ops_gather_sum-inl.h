@@ -128,13 +128,12 @@ HWY_NOINLINE void SumManyRowsUnit(int64_t count, const RowAt& row_at, T* HWY_RES
   }
 }
 
-// SumRowsOf with every scale 1 for unit-stride rows given as pointers; streams the stores when `stream` and
-// dst is aligned for it.
 // SumRowPtrsUnit over rows that SplitsRows longer than kGatherSplitBytes: in groups of kSplitTerms rows through
 // an fp32 row. DeepSeek-V3's gather sums of 8 rows (the dispatch gradients, four and five alternated runs) went
 // from 81-88% of copy to 87-91%, in f32 (28 KiB rows) and in 16 bits (14 KiB); Qwen3-30B-A3B's rows of 4-8 KiB
 // went 4-8 points slower in groups, and stay in one pass. The same groups a block of 2048 columns at a time (an
-// fp32 row that stays in L1): 16-bit +2..+4 against whole rows, f32 -4..-6; not kept.
+// fp32 row that stays in L1), against one pass: 16-bit +2..+4 (whole rows in groups: +5..+7), f32 -4..-6 (whole
+// rows in groups: +4..+8); not kept.
 constexpr int64_t kGatherSplitBytes = 8192;
 
 template <typename T, bool kStream>
@@ -158,6 +157,8 @@ HWY_NOINLINE void SumRowPtrsSplit(int64_t count, const T* const* rows, int64_t n
   }
 }
 
+// SumRowsOf with every scale 1 for unit-stride rows given as pointers (SumRowPtrsSplit where SplitsRows);
+// streams the stores when `stream` and dst is aligned for it.
 template <typename T>
 HWY_INLINE void SumRowPtrs(int64_t count, const T* const* rows, int64_t next_count, const T* const* next_rows,
                            T* dst, bool stream, int64_t n) {
