@@ -681,21 +681,24 @@ HWY_NOINLINE void TestScaleDotToken() {
               const bool streamed = kCan && stream && all_aligned;
               const T* gn = g_next.row();
               // Unstreamed walks in the plain or fused form go as the callers take them (ScaleDotTokenWatched):
-              // on tiny values they must switch to kNoAssist after their first step (where the watch reads the
-              // flags) when there is a second, on ordinary values never. The others walk in two parts, split at a
-              // step boundary: the second goes on from the first's partial sums.
+              // on tiny values they must switch after their first step (where the watch reads the flags) when
+              // there is a second, on ordinary values never; to kNoAssist, or to kFused on a core that spares the
+              // fused form (the watch told so on every other case, whatever this core is). The others walk in
+              // two parts, split at a step boundary: the second goes on from the first's partial sums.
               const int64_t steps = end / TokenStep<T>();
               const int64_t split = (form % (steps + 1)) * TokenStep<T>();
               auto walk = [&](auto dot) {
                 constexpr bool kD = decltype(dot)::value;
                 if (product != kNoAssist && !stream) {
-                  UnderflowWatch watch(WatchesUnderflow<T>());
+                  const bool spared = aligned != 0;
+                  UnderflowWatch watch(WatchesUnderflow<T>(), spared);
                   const int got = ScaleDotTokenWatched<T, kD>(streamed, watch, product == kFused, g.row(), gn, pairs,
                                                               count, end, n, part);
                   const bool switches = MOEGRAD_UNDERFLOW_WATCH_MXCSR && WatchesUnderflow<T>() && kD &&
                                         values == 1 && end > TokenStep<T>();
                   if (values != 2) {
-                    EXPECT_EQ(got, switches ? kNoAssist : product) << At<T>("ScaleDotTokenWatched", n);
+                    EXPECT_EQ(got, switches ? (spared ? kFused : kNoAssist) : product)
+                        << At<T>("ScaleDotTokenWatched", n) << (spared ? " spared" : "");
                   }
                   return got;
                 }
@@ -1024,6 +1027,23 @@ TEST(RowOpsTargets, ListsTheTargetsTested) {
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) names += std::string(" ") + hwy::TargetName(target);
   std::fprintf(stderr, "row_ops_test: targets tested:%s\n", names.c_str());
   EXPECT_FALSE(names.empty());
+}
+
+// The vendors whose cores keep the fused form after an underflow: AMD's and Hygon's; Intel's, any other, and a
+// string that is not a whole vendor take MulNoAssist. A watch that is not enabled never reports it spared.
+TEST(UnderflowWatchRule, FusedSparedOnAmdAndHygonOnly) {
+  EXPECT_TRUE(FusedSparesUnderflowOn("AuthenticAMD"));
+  EXPECT_TRUE(FusedSparesUnderflowOn("HygonGenuine"));
+  EXPECT_FALSE(FusedSparesUnderflowOn("GenuineIntel"));
+  EXPECT_FALSE(FusedSparesUnderflowOn("CentaurHauls"));
+  EXPECT_FALSE(FusedSparesUnderflowOn("  Shanghai  "));
+  EXPECT_FALSE(FusedSparesUnderflowOn("AuthenticAM"));
+  EXPECT_FALSE(FusedSparesUnderflowOn(""));
+  EXPECT_FALSE(UnderflowWatch(false, true).fused_spared());
+  EXPECT_EQ(UnderflowWatch(true, true).fused_spared(), MOEGRAD_UNDERFLOW_WATCH_MXCSR != 0);
+  EXPECT_FALSE(UnderflowWatch(true, false).fused_spared());
+  std::fprintf(stderr, "row_ops_test: this CPU spares the fused form after an underflow: %s\n",
+               FusedSparesUnderflow() ? "yes" : "no");
 }
 
 }  // namespace moegrad::kernels

@@ -5,17 +5,17 @@
 // products, the same 16 partial sums in the same order, the same fold.
 //
 // Their products go through Product<kForm> (ProductForm): hn::Mul, MulRounded (the fused form) or MulNoAssist
-// (row_ops-inl.h), the same bits. The fused form is immune to the slow path a multiply whose product
-// underflows takes on some cores (AMD Zen 3: DeepSeek-V3 bf16 finalize grad, --values tiny, 38% -> 54% and 50%
-// -> 69% of copy), but costs the walks without bias 10-20 points of copy on ordinary values there (16 AVX2
-// registers, which the token walk's partial sums already fill); on an Intel Xeon with AVX-512 and AMX the
-// fused form takes the slow path too, and only MulNoAssist, which keeps subnormals out of every float
-// multiply, avoids it. So the callers run the plain multiply until their UnderflowWatch (underflow_watch.h)
-// reports an underflow, then MulNoAssist (FormAfter; ScaleDotTokenAny's and ScaleRowDot's `form`; a token walk
-// reads the watch after its first step too and goes on in MulNoAssist from there: ScaleDotTokenWatched), with the
-// addend of the gradY factor computed once for both products of a column (and for all the pairs of a token);
-// a bf16 walk with a large bias table, which the fused form made faster on
-// ordinary values too, runs the fused form until then (FmaFromTheStart).
+// (row_ops-inl.h), the same bits. On AMD cores the fused form is spared the slow path a multiply whose product
+// underflows takes (Zen 3: DeepSeek-V3 bf16 finalize grad, --values tiny, 38% -> 54% and 50% -> 69% of copy),
+// but cost the walks without bias 10-20 points of copy on ordinary values there (16 AVX2 registers, which the
+// token walk's partial sums already fill); on an Intel Xeon with AVX-512 and AMX the fused form takes the slow
+// path too, and only MulNoAssist, which keeps subnormals out of every float multiply, avoids it. So the callers
+// run the plain multiply until their UnderflowWatch (underflow_watch.h) reports an underflow, then the fused
+// form where the core spares it and MulNoAssist elsewhere (FormAfter; ScaleDotTokenAny's and ScaleRowDot's
+// `form`; a token walk reads the watch after its first step too and goes on in that form from there:
+// ScaleDotTokenWatched). MulNoAssist's addend of the gradY factor is computed once for both products of a
+// column (and for all the pairs of a token). A bf16 walk with a large bias table, which the fused form made
+// faster on ordinary values too, runs the fused form until then (FmaFromTheStart).
 
 // Per-target include guard (Highway's toggle idiom).
 #if defined(MOEGRAD_KERNELS_ROW_OPS_SCALE_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -37,10 +37,12 @@
 HWY_BEFORE_NAMESPACE();
 namespace moegrad::kernels::HWY_NAMESPACE {
 
-// The form after `watch`: kNoAssist once it has seen an underflow, else kFused when `fused` (a bf16 walk with a
-// large bias table: FmaFromTheStart), else kPlainMul.
+// The form after `watch`: once it has seen an underflow kFused where the core spares the fused form
+// (UnderflowWatch::fused_spared, AMD) and kNoAssist elsewhere; until then kFused when `fused` (a bf16 walk with
+// a large bias table: FmaFromTheStart), else kPlainMul.
 HWY_INLINE int FormAfter(const UnderflowWatch& watch, bool fused) {
-  return watch.seen() ? kNoAssist : fused ? kFused : kPlainMul;
+  if (watch.seen()) return watch.fused_spared() ? kFused : kNoAssist;
+  return fused ? kFused : kPlainMul;
 }
 
 // Whether a token walk whose dots add rows of a bias table of `table_bytes` takes the FMA form from its first
@@ -250,8 +252,8 @@ HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const VF* kgv, const 
 // zero at begin = 0, else from part[m] as a walk that stopped at begin left them: the same sums in the same
 // order), ready for ScaleRowDot to finish from `end`. g_next is the next token's gradY row (or null); both it
 // and the x_next rows are prefetched as the walk nears the end. With kStream every out is StreamAligned.
-// With a `probe` (a walk whose products are not yet kNoAssist) the walk polls it after its first step and
-// stops there if it has seen an underflow, so that the caller goes on in kNoAssist: a token's products that
+// With a `probe` (a walk whose products an underflow would change) the walk polls it after its first step and
+// stops there if it has seen an underflow, so that the caller goes on in FormAfter's form: a token's products that
 // underflow take the slow path of the multiply for one step, not for the whole walk. Returns the column the
 // walk reached (end, unless it stopped).
 template <typename T, bool kStream, bool kDot, int kForm>
@@ -341,11 +343,14 @@ HWY_INLINE int ScaleDotTokenWatched(bool stream, UnderflowWatch& watch, bool fus
                                     const T* g_next, const TokenPairRows<T>* pairs, int64_t count, int64_t end,
                                     int64_t n, float (*part)[16]) {
   const int form = FormAfter(watch, fused);
-  UnderflowWatch* probe = form == kNoAssist ? nullptr : &watch;
+  // Probed only while an underflow would change the form.
+  const bool changes = !watch.seen() && !(fused && watch.fused_spared());
+  UnderflowWatch* probe = changes ? &watch : nullptr;
   const int64_t reached = ScaleDotTokenAny<T, kDot>(stream, form, g, g_next, pairs, count, 0, end, n, part, probe);
   if (reached == end) return form;
-  ScaleDotTokenAny<T, kDot>(stream, kNoAssist, g, g_next, pairs, count, reached, end, n, part, nullptr);
-  return kNoAssist;
+  const int after = FormAfter(watch, fused);
+  ScaleDotTokenAny<T, kDot>(stream, after, g, g_next, pairs, count, reached, end, n, part, nullptr);
+  return after;
 }
 
 }  // namespace moegrad::kernels::HWY_NAMESPACE

@@ -3,14 +3,15 @@
 // and the forward walks of weighted rows (row_ops_terms-inl.h) use it to pick their multiply.
 //
 // On some x86 cores a vector multiply whose product underflows takes a slow path: about 3x the time of a bf16
-// scale-and-dot loop on AMD Zen 3 (where the fused multiply-add is spared), about 40x a multiply on an Intel
-// Xeon with AVX-512 and AMX (the fused form too). MulNoAssist (row_ops-inl.h) keeps subnormals out of
-// every float multiply and rounds to the same bits, but its test in every multiply costs ordinary values. So a
-// loop runs the plain multiply (the forward walks, and bf16 gradient walks with a large bias table, the fused
-// form: FmaFromTheStart in row_ops_scale_dot-inl.h) until the underflow flag says a product has underflowed,
-// and from then on MulNoAssist: the same bits either way, only
-// the speed differs. Elsewhere (ARM, no MXCSR) seen() is always
-// false.
+// scale-and-dot loop on AMD Zen 3, about 40x a multiply on an Intel Xeon with AVX-512 and AMX. On AMD cores
+// (Zen 3 and Zen 5 measured) the fused multiply-add is spared; on the Intel Xeon it takes the slow path too.
+// MulNoAssist (row_ops-inl.h) keeps subnormals out of every float multiply and rounds to the same bits, but its
+// test in every multiply costs ordinary values. So a loop runs the plain multiply (the forward walks, and bf16
+// gradient walks with a large bias table, the fused form: FmaFromTheStart in row_ops_scale_dot-inl.h) until
+// the underflow flag says a product has underflowed, and from then on MulNoAssist, except the gradient walks
+// on a core that spares the fused form (fused_spared(), FusedSparesUnderflow), which go on in the fused form:
+// the same bits either way, only the speed differs. (The forward walks, whose sums add the products, were
+// faster in MulNoAssist there too.) Elsewhere (ARM, no MXCSR) seen() is always false.
 //
 // The caller's flags are kept: the watch clears the underflow and denormal-operand flags when it begins and,
 // when it ends, sets again those that were set before, so the thread's flags afterwards are exactly those the
@@ -18,20 +19,60 @@
 #ifndef MOEGRAD_BACKEND_CPU_KERNELS_UNDERFLOW_WATCH_H_
 #define MOEGRAD_BACKEND_CPU_KERNELS_UNDERFLOW_WATCH_H_
 
+#include <cstring>
+#include <string_view>
+
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #include <xmmintrin.h>
 #define MOEGRAD_UNDERFLOW_WATCH_MXCSR 1
 #else
 #define MOEGRAD_UNDERFLOW_WATCH_MXCSR 0
 #endif
+#if MOEGRAD_UNDERFLOW_WATCH_MXCSR && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#define MOEGRAD_UNDERFLOW_WATCH_CPUID 1
+#else
+#define MOEGRAD_UNDERFLOW_WATCH_CPUID 0
+#endif
 
 namespace moegrad::kernels {
+
+// The rule by the 12 characters of CPUID leaf 0's vendor: AMD's and Hygon's (Zen) cores spare the fused form;
+// any other vendor, or none, takes MulNoAssist after an underflow.
+inline bool FusedSparesUnderflowOn(std::string_view vendor) {
+  return vendor == "AuthenticAMD" || vendor == "HygonGenuine";
+}
+
+// Whether a fused multiply-add whose result is below fp32's normal range takes no slow path on this CPU, read
+// once per process from the CPUID vendor (FusedSparesUnderflowOn); false without MXCSR, where nothing is
+// watched. On an AMD EPYC Zen 5 guest with AVX-512, bf16 gradient walks of tiny values in the fused form ran
+// 7-17 points of copy faster than in MulNoAssist, the forward walks 5-11 slower (docs/performance.md, "The
+// fused form after an underflow on AMD cores").
+inline bool FusedSparesUnderflow() {
+  static const bool spared = [] {
+#if MOEGRAD_UNDERFLOW_WATCH_CPUID
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    char vendor[12];  // leaf 0: the vendor in EBX, EDX, ECX
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    return FusedSparesUnderflowOn(std::string_view(vendor, sizeof(vendor)));
+#else
+    return false;
+#endif
+  }();
+  return spared;
+}
 
 class UnderflowWatch {
  public:
   // A watch that is not `enabled` reads and writes no flags and never reports an underflow (fp16 loops, whose
   // products cannot underflow: WatchesUnderflow in row_ops_scale_dot-inl.h).
-  explicit UnderflowWatch(bool enabled = true) : enabled_(enabled && kMxcsr) {
+  explicit UnderflowWatch(bool enabled = true) : UnderflowWatch(enabled, FusedSparesUnderflow()) {}
+  // With fused_spared() given rather than read from the CPU (the tests take both on any core).
+  UnderflowWatch(bool enabled, bool fused_spared)
+      : enabled_(enabled && kMxcsr), fused_spared_(enabled_ && fused_spared) {
 #if MOEGRAD_UNDERFLOW_WATCH_MXCSR
     if (enabled_) {
       saved_ = _mm_getcsr();
@@ -53,8 +94,11 @@ class UnderflowWatch {
     if (enabled_ && !seen_) seen_ = (_mm_getcsr() & kFlags) != 0;
 #endif
   }
-  // Whether an underflow was seen by the last Poll(): the loops then take MulNoAssist.
+  // Whether an underflow was seen by the last Poll(): the loops then take MulNoAssist, or the fused form
+  // where fused_spared().
   bool seen() const { return seen_; }
+  // FusedSparesUnderflow() (or the constructor's fused_spared) for an enabled watch, false for one that is not.
+  bool fused_spared() const { return fused_spared_; }
 
  private:
 #if MOEGRAD_UNDERFLOW_WATCH_MXCSR
@@ -66,6 +110,7 @@ class UnderflowWatch {
   static constexpr bool kMxcsr = false;
 #endif
   [[maybe_unused]] bool enabled_;  // read only where there are flags to read
+  bool fused_spared_;
   bool seen_ = false;
 };
 
