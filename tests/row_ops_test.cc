@@ -977,18 +977,25 @@ HWY_NOINLINE void TestSumTermsForms() {
                   if (t.scaled && p != 0.0 && std::fabs(p) < 0x1p-126) tiny_product = true;
                 }
               }
+              // A watch whose core spares the fused form (UnderflowWatch::fused_spared, AMD) never switches;
+              // both kinds are taken on any core.
               for (int probe = 0; probe < 2; ++probe) {
                 for (bool stream : {false, true}) {
-                  Buffer<T> dst(n, 1, 0);
-                  UnderflowWatch watch(WatchesUnderflow<T>());
-                  const int got =
-                      SumTermsRowWatched<T>(watch, probe == 1, stream, terms.data(), count, nullptr, 0, dst.row(), n);
-                  hwy::FlushStream();
-                  ASSERT_TRUE(dst.Check(expected)) << At<T>("SumTermsRowWatched", n, more);
-                  const bool switches = MOEGRAD_UNDERFLOW_WATCH_MXCSR && WatchesUnderflow<T>() && tiny_product &&
-                                        probe == 1 && n > probe_n;
-                  if (tiny) {
-                    EXPECT_EQ(got, switches ? kNoAssist : kFused) << At<T>("SumTermsRowWatched", n, more);
+                  for (bool spared : {false, true}) {
+                    Buffer<T> dst(n, 1, 0);
+                    UnderflowWatch watch(WatchesUnderflow<T>(), spared);
+                    const int got =
+                        SumTermsRowWatched<T>(watch, probe == 1, stream, terms.data(), count, nullptr, 0, dst.row(), n);
+                    hwy::FlushStream();
+                    const std::string how = more + (spared ? " spared" : "");
+                    ASSERT_TRUE(dst.Check(expected)) << At<T>("SumTermsRowWatched", n, how);
+                    const bool switches = MOEGRAD_UNDERFLOW_WATCH_MXCSR && WatchesUnderflow<T>() && tiny_product &&
+                                          probe == 1 && n > probe_n && !spared;
+                    if (tiny) {
+                      EXPECT_EQ(got, switches ? kNoAssist : kFused) << At<T>("SumTermsRowWatched", n, how);
+                    }
+                    // The form the rows after it take: kNoAssist once an underflow was seen, unless spared.
+                    EXPECT_EQ(TermsNoAssist(watch), watch.seen() && !spared) << At<T>("TermsNoAssist", n, how);
                   }
                 }
               }

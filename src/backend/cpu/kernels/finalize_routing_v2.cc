@@ -37,7 +37,8 @@ void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
   // With at most kGroup terms a row's terms always fit in one group: the whole row in one pass.
   const bool whole_rows = unit && cursor_end <= kGroup;
   internal::ParallelFor(0, R, grain, [&](int64_t begin, int64_t end) {
-    // The products take the fused form until an underflow is seen, then MulNoAssist (underflow_watch.h).
+    // The products take the fused form until an underflow is seen, then MulNoAssist, or still the fused
+    // form where the core spares it (TermsNoAssist, underflow_watch.h).
     UnderflowWatch watch(WatchesUnderflow<T>());
     HWY_ALIGN float acc[kTile];
     Term<T> terms[kGroup];
@@ -99,7 +100,7 @@ void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
         for (;;) {
           const int count = collect();
           const bool last = cursor >= cursor_end;
-          WithTermForm(watch.seen(), [&](auto form) {
+          WithTermForm(TermsNoAssist(watch), [&](auto form) {
             AddGroup<decltype(form)::value>(terms, count, first, last, acc, dst + j0 * p.out.col_stride,
                                             p.out.col_stride, n, unit);
           });

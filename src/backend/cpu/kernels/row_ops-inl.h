@@ -39,7 +39,8 @@ using VF = hn::Vec<DF>;
 // too (MulNoAssist, below, avoids it). A NaN stays a NaN (its payload, when both operands are NaNs, may come
 // from either: NaN payloads are not part of the contract). The scale-and-dot loops of the gradients
 // (row_ops_scale_dot-inl.h) take the plain multiply, the forward walks (row_ops_terms-inl.h) this one, and both
-// MulNoAssist once a product has underflowed (underflow_watch.h); DotRow keeps hn::Mul.
+// MulNoAssist once a product has underflowed, unless the core spares the fused form (underflow_watch.h);
+// DotRow keeps hn::Mul.
 HWY_INLINE VF MulRounded(VF a, VF b) {
 #if HWY_NATIVE_FMA
   return hn::MulAdd(a, b, hn::Set(DF(), -0.0f));

@@ -43,7 +43,8 @@ struct Term {
 };
 
 // The products of a term's row by its scale take Product<kForm>: the fused form (MulRounded), or from the first
-// underflow on kNoAssist (the callers' UnderflowWatch) with the scale's BelowNormalAddend. The same bits.
+// underflow on kNoAssist (the callers' UnderflowWatch, TermsNoAssist) with the scale's BelowNormalAddend. The
+// same bits.
 template <int kForm, typename T>
 HWY_INLINE VF TermVec(DF d, const Term<T>& t, int64_t j) {
   VF v = (t.x && t.b) ? hn::Add(LoadF32(d, t.x + j), LoadF32(d, t.b + j)) : LoadF32(d, t.x ? t.x + j : t.b + j);
@@ -56,11 +57,15 @@ HWY_INLINE float TermAt(const Term<T>& t, int64_t j) {
   return t.scaled ? v * t.s : v;
 }
 
-// fn(std::integral_constant<int, kForm>()) with kForm the form of a walk's products: kNoAssist once its
-// UnderflowWatch has seen an underflow (`seen`), else kFused.
+// Whether a walk's products take kNoAssist: once its UnderflowWatch has seen an underflow, except on a core
+// whose fused form has no slow path (UnderflowWatch::fused_spared), where they stay fused.
+HWY_INLINE bool TermsNoAssist(const UnderflowWatch& watch) { return watch.seen() && !watch.fused_spared(); }
+
+// fn(std::integral_constant<int, kForm>()) with kForm the form of a walk's products: kNoAssist when
+// `no_assist` (TermsNoAssist), else kFused.
 template <typename Fn>
-HWY_INLINE void WithTermForm(bool seen, const Fn& fn) {
-  if (seen) {
+HWY_INLINE void WithTermForm(bool no_assist, const Fn& fn) {
+  if (no_assist) {
     fn(std::integral_constant<int, kNoAssist>());
   } else {
     fn(std::integral_constant<int, kFused>());
@@ -127,7 +132,7 @@ HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
 // with kAccIn (acc plus its terms, to dst); acc holds the sums in the walk's own element order, which only
 // these calls read.
 // kForm is the form of the products (TermVec): kFused, or kNoAssist once the caller's UnderflowWatch has seen
-// an underflow; the same bits either way.
+// an underflow on a core whose fused form has the slow path (TermsNoAssist); the same bits either way.
 // Each term's row x (the rows from memory: expandedX, x1, x2; bias rows are left to the caches) is prefetched
 // kTermPrefetchBytes ahead of the loads, and near its end the same term's row of the next output row
 // (next[m].x, m < next_count).
@@ -213,20 +218,21 @@ HWY_NOINLINE void SumTermsSplit(const Term<T>* terms, int count, const Term<T>* 
 // A whole unit-stride row of at most kGroup terms (SumTermsUnit, or SumTermsSplit for long rows), its
 // stores streamed when `stream` and dst is StreamAligned, in the form after `watch` (WithTermForm), which it
 // polls after the row; returns the form of the row's last columns.
-// With `probe` (a walk's first row) and until the watch has seen an underflow, the row's first kTermProbeBytes
-// go first: the watch is polled, and the rest of the row goes in kNoAssist if it has seen one, so that a walk
-// of tiny values takes the slow path of the multiply for those columns only, not for its whole first row (the
-// sums are element by element: the split changes no bit). Only the first row: on the rows after it the
-// second call cost ordinary values 2-4 points of copy at Qwen3-30B-A3B's 4 KiB rows.
+// With `probe` (a walk's first row), until the watch has seen an underflow and unless the core spares the
+// fused form (then nothing would change), the row's first kTermProbeBytes go first: the watch is polled, and
+// the rest of the row goes in kNoAssist if it has seen one, so that a walk of tiny values takes the slow path
+// of the multiply for those columns only, not for its whole first row (the sums are element by element: the
+// split changes no bit). Only the first row: on the rows after it the second call cost ordinary values 2-4
+// points of copy at Qwen3-30B-A3B's 4 KiB rows.
 constexpr int64_t kTermProbeBytes = 256;
 
 template <typename T>
 HWY_INLINE int SumTermsRowWatched(UnderflowWatch& watch, bool probe, bool stream, const Term<T>* terms, int count,
                                   const Term<T>* next, int next_count, T* dst, int64_t n) {
   int last = kFused;  // the form of the row's last part
-  auto sum = [&](bool seen, const Term<T>* ts, const Term<T>* nx, int nc, T* out, int64_t len) {
-    last = seen ? kNoAssist : kFused;
-    WithTermForm(seen, [&](auto form) {
+  auto sum = [&](bool no_assist, const Term<T>* ts, const Term<T>* nx, int nc, T* out, int64_t len) {
+    last = no_assist ? kNoAssist : kFused;
+    WithTermForm(no_assist, [&](auto form) {
       constexpr int kForm = decltype(form)::value;
       const bool streams = CanStream<T>() && stream && StreamAligned(out);
       if (SplitsRows<T>(count, len, kTermSplitBytes)) {
@@ -243,7 +249,7 @@ HWY_INLINE int SumTermsRowWatched(UnderflowWatch& watch, bool probe, bool stream
     });
   };
   constexpr int64_t kProbe = kTermProbeBytes / static_cast<int64_t>(sizeof(T));
-  if (probe && !watch.seen() && n > kProbe) {
+  if (probe && !watch.seen() && !watch.fused_spared() && n > kProbe) {
     sum(false, terms, nullptr, 0, dst, kProbe);
     watch.Poll();
     Term<T> rest[kGroup];
@@ -252,9 +258,9 @@ HWY_INLINE int SumTermsRowWatched(UnderflowWatch& watch, bool probe, bool stream
       if (rest[m].x != nullptr) rest[m].x += kProbe * rest[m].xs;
       if (rest[m].b != nullptr) rest[m].b += kProbe * rest[m].bs;
     }
-    sum(watch.seen(), rest, next, next_count, dst + kProbe, n - kProbe);
+    sum(TermsNoAssist(watch), rest, next, next_count, dst + kProbe, n - kProbe);
   } else {
-    sum(watch.seen(), terms, next, next_count, dst, n);
+    sum(TermsNoAssist(watch), terms, next, next_count, dst, n);
   }
   watch.Poll();
   return last;

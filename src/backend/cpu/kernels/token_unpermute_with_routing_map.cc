@@ -54,7 +54,8 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
   // tokens, which collect the slack of every under-filled expert): groups of kGroup whole rows through an fp32
   // row on the stack (up to kAccColumns columns), else tiles of kTile columns, kGroup rows at a time into the
   // tile's fp32 sums (AddGroup). The same additions in the same order either way.
-  // The products take the fused form until an underflow is seen, then MulNoAssist (underflow_watch.h).
+  // The products take the fused form until an underflow is seen, then MulNoAssist, or still the fused
+  // form where the core spares it (TermsNoAssist, underflow_watch.h).
   constexpr int64_t kAccColumns = 16384;
   UnderflowWatch watch(WatchesUnderflow<T>());
   auto sum_tiles = [&](int64_t t) {
@@ -70,7 +71,7 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
           const int64_t q = q_of(t, m0 + m);
           group[m] = {p.permuted.Row<const T>(row_of_q(q)) + j0, 1, nullptr, 0, p.weights[q], true};
         }
-        WithTermForm(watch.seen(), [&](auto form) {
+        WithTermForm(TermsNoAssist(watch), [&](auto form) {
           AddGroup<decltype(form)::value>(group, count, m0 == 0, m0 + count == c, acc, dst + j0, 1, n, true);
         });
         watch.Poll();  // a token of many terms switches within the token, not after it
@@ -96,7 +97,7 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
       for (int m = 0; m < following; ++m) group[cur ^ 1][m] = term_of(q_of(t, m1 + m));
       const Term<T>* ahead = following > 0 ? group[cur ^ 1] : next;
       const int ahead_count = following > 0 ? following : next_count;
-      WithTermForm(watch.seen(), [&](auto form) {
+      WithTermForm(TermsNoAssist(watch), [&](auto form) {
         constexpr int kForm = decltype(form)::value;
         if (m0 == 0) {
           SumTermsUnit<T, false, false, true, kForm>(group[cur], count, ahead, ahead_count, dst, H, acc);

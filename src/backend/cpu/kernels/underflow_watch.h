@@ -8,10 +8,9 @@
 // MulNoAssist (row_ops-inl.h) keeps subnormals out of every float multiply and rounds to the same bits, but its
 // test in every multiply costs ordinary values. So a loop runs the plain multiply (the forward walks, and bf16
 // gradient walks with a large bias table, the fused form: FmaFromTheStart in row_ops_scale_dot-inl.h) until
-// the underflow flag says a product has underflowed, and from then on MulNoAssist, except the gradient walks
-// on a core that spares the fused form (fused_spared(), FusedSparesUnderflow), which go on in the fused form:
-// the same bits either way, only the speed differs. (The forward walks, whose sums add the products, were
-// faster in MulNoAssist there too.) Elsewhere (ARM, no MXCSR) seen() is always false.
+// the underflow flag says a product has underflowed, and from then on MulNoAssist, except on a core that
+// spares the fused form (fused_spared(), FusedSparesUnderflow), where the walks go on in the fused form: the
+// same bits either way, only the speed differs. Elsewhere (ARM, no MXCSR) seen() is always false.
 //
 // The caller's flags are kept: the watch clears the underflow and denormal-operand flags when it begins and,
 // when it ends, sets again those that were set before, so the thread's flags afterwards are exactly those the
@@ -48,8 +47,8 @@ inline bool FusedSparesUnderflowOn(std::string_view vendor) {
 // watched. On an AMD EPYC Zen 5 guest with AVX-512 (bench/underflow_bench.cc) the plain multiply ran products
 // below the normal range 2.8x slower than ordinary ones and the fused form at the same speed; the DeepSeek-V3
 // finalize gradient's dropless bf16 rows ran tiny values at 0.85-0.86 of ordinary values' speed with
-// MulNoAssist and at 0.97-1.00 with the fused form, while the forward walks were slower with it
-// (docs/performance.md, "The fused form after an underflow on AMD cores").
+// MulNoAssist and at 0.97-1.00 with the fused form, and Qwen3-30B-A3B's combine bf16 rows at 0.87-0.91 and
+// 0.99-1.00 (docs/performance.md, "The fused form after an underflow on AMD cores").
 inline bool FusedSparesUnderflow() {
   static const bool spared = [] {
 #if MOEGRAD_UNDERFLOW_WATCH_CPUID
