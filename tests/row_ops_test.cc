@@ -393,13 +393,18 @@ HWY_NOINLINE void TestZeroRows() {
 }
 
 // ScaleRow: dst[j] = rne(src[j] * s), unit-stride and strided rows, specials included; for the scales that
-// put the product of a power of two exactly on a rounding tie, both directions of the tie.
+// put the product of a power of two exactly on a rounding tie, both directions of the tie; and tiny rows
+// (near 2^-70, fp16 its smallest normals) times tiny scales, whose products fall below fp32's normal range
+// (the element-by-element columns take MulRoundedScalar).
 HWY_NOINLINE void TestScaleRow() {
   ForEachType([&](auto zero) {
     using T = decltype(zero);
     constexpr int M = rt::MantissaBits<T>();
     const float h = std::ldexp(1.0f, -(M + 1));  // half an ulp of [1, 2) in T
-    const float scales[] = {1.0f, -0.75f, 0.1f, 1.0f + h, 1.0f + 3 * h, -(1.0f + h), 1.0f + h / 2, 3.0e38f};
+    const bool f16 = hwy::IsSame<T, hwy::float16_t>();
+    const float tiny_s = f16 ? 0x1.8p-118f : 0x1.8p-66f;  // times values near 2^-14 (fp16) or 2^-70
+    const float scales[] = {1.0f, -0.75f, 0.1f, 1.0f + h, 1.0f + 3 * h, -(1.0f + h), 1.0f + h / 2, 3.0e38f,
+                            tiny_s, -tiny_s * 0.75f};
     std::mt19937 rng(13);
     const int64_t strides[][2] = {{1, 1}, {2, 1}, {1, 3}, {3, 2}};
     for (int64_t n : rt::Lengths()) {
@@ -409,8 +414,11 @@ HWY_NOINLINE void TestScaleRow() {
           for (float s : scales) {
             // Powers of two for the tie scales, random values (specials included) for the others.
             const bool ties = s == 1.0f + h || s == 1.0f + 3 * h || s == -(1.0f + h);
+            const bool tiny = std::fabs(s) < 0x1p-63f;
             if (ties) {
               for (int64_t j = 0; j < n; ++j) src.at(j) = rt::Narrow<T>(std::ldexp(1.0f, int(rng() % 9) - 4));
+            } else if (tiny) {
+              src.Fill(rng, f16 ? -14 : -72, f16 ? -12 : -60, Specials::kAll);
             } else {
               src.Fill(rng, -10, 10, Specials::kAll);
             }
@@ -447,7 +455,9 @@ struct Rows {
 // so that no column adds two of them. With `ties` (unit stride, two rows) the second row is a half, a
 // quarter or three quarters of an ulp of the first: sums on rounding ties, both directions.
 template <typename T>
-Rows<T> MakeRows(std::mt19937& rng, int64_t count, int64_t n, int64_t stride, bool scaled, bool ties = false) {
+Rows<T> MakeRows(std::mt19937& rng, int64_t count, int64_t n, int64_t stride, bool scaled, bool ties = false,
+                 bool tiny = false) {
+  const bool f16 = hwy::IsSame<T, hwy::float16_t>();
   Rows<T> r;
   for (int64_t m = 0; m < count; ++m) {
     r.rows.emplace_back(n, stride, static_cast<int64_t>(rng() % 3));
@@ -458,10 +468,14 @@ Rows<T> MakeRows(std::mt19937& rng, int64_t count, int64_t n, int64_t stride, bo
         r.rows.back().at(j) = m == 0 ? rt::RandomValue<T>(rng, 0, 0, Specials::kNone)
                                      : rt::Narrow<T>(std::ldexp(frac[rng() % 6], -M));
       }
+    } else if (tiny) {
+      r.rows.back().Fill(rng, f16 ? -14 : -72, f16 ? -12 : -60, m == 0 ? Specials::kAll : Specials::kNone);
     } else {
       r.rows.back().Fill(rng, -8, 8, m == 0 ? Specials::kAll : Specials::kNone);
     }
-    const float s = rng() % 4 == 0 ? 1.0f : std::ldexp(1.0f + float(rng() % 1000) / 999.0f, int(rng() % 5) - 2);
+    // Tiny rows: scales that take their products below 2^-126 (fp16: values near 2^-14 times 2^-118..2^-109).
+    const int e = tiny ? (f16 ? -118 : -70) + int(rng() % 10) : int(rng() % 5) - 2;
+    const float s = !tiny && rng() % 4 == 0 ? 1.0f : std::ldexp(1.0f + float(rng() % 1000) / 999.0f, e);
     r.scales.push_back(scaled && !ties ? s : 1.0f);
   }
   for (auto& b : r.rows) r.ptrs.push_back(b.row());
@@ -469,7 +483,7 @@ Rows<T> MakeRows(std::mt19937& rng, int64_t count, int64_t n, int64_t stride, bo
 }
 
 // SumRowsOf: dst[j] = rne(sum of rows[m][j] * scales[m]), in ascending m from the first product; zero rows
-// give +0. Unit-stride and strided rows.
+// give +0. Unit-stride and strided rows, ordinary and tiny (products below fp32's normal range).
 HWY_NOINLINE void TestSumRowsOf() {
   ForEachType([&](auto zero) {
     using T = decltype(zero);
@@ -478,9 +492,10 @@ HWY_NOINLINE void TestSumRowsOf() {
     for (int64_t n : rt::Lengths()) {
       for (const auto& st : strides) {
         for (int64_t count : {0, 1, 2, 3, 5, 9}) {
-          for (bool ties : {false, true}) {
+          for (int kind = 0; kind < 3; ++kind) {  // ordinary, ties, tiny
+            const bool ties = kind == 1, tiny = kind == 2;
             if (ties && (count != 2 || st[0] != 1)) continue;
-            const Rows<T> rows = MakeRows<T>(rng, count, n, st[0], true, ties);
+            const Rows<T> rows = MakeRows<T>(rng, count, n, st[0], true, ties, tiny);
             Buffer<T> dst(n, st[1], 1);
             SumRowsOf<T>(
                 count,
@@ -491,7 +506,8 @@ HWY_NOINLINE void TestSumRowsOf() {
                 st[0], dst.row(), st[1], n);
             ASSERT_TRUE(dst.Check([&](int64_t j) { return rows.Expected(j, true); }))
                 << At<T>("SumRowsOf", n, "count " + std::to_string(count) + " strides " + std::to_string(st[0]) +
-                                             "," + std::to_string(st[1]) + (ties ? " ties" : ""));
+                                             "," + std::to_string(st[1]) + (ties ? " ties" : "") +
+                                             (tiny ? " tiny" : ""));
           }
         }
       }
@@ -547,7 +563,8 @@ HWY_NOINLINE void TestGatherSums() {
 
 // DotRow: sum_j (x[j] + b[j]) * g[j] (x or b absent: left out; both absent: +0) in the documented order,
 // unit-stride and strided rows. Magnitudes spread over 2^-8 .. 2^8 so that another order or fold gives
-// other bits.
+// other bits; a fourth trial of tiny rows (near 2^-70, whose products fall below fp32's normal range; fp16
+// takes its smallest normals, whose products do not).
 HWY_NOINLINE void TestDotRow() {
   ForEachType([&](auto zero) {
     using T = decltype(zero);
@@ -556,10 +573,13 @@ HWY_NOINLINE void TestDotRow() {
     for (int64_t n : rt::Lengths()) {
       for (const auto& st : strides) {
         Buffer<T> x(n, st[0], 1), b(n, st[1], 0), g(n, st[2], 2);
-        for (int trial = 0; trial < 3; ++trial) {
-          x.Fill(rng, -8, 8, Specials::kNone);
-          b.Fill(rng, -8, 8, Specials::kNone);
-          g.Fill(rng, -8, 8, Specials::kNone);
+        for (int trial = 0; trial < 4; ++trial) {
+          const bool tiny = trial == 3;
+          const bool f16 = hwy::IsSame<T, hwy::float16_t>();
+          const int lo = tiny ? (f16 ? -14 : -72) : -8, hi = tiny ? (f16 ? -12 : -60) : 8;
+          x.Fill(rng, lo, hi, Specials::kNone);
+          b.Fill(rng, lo, hi, Specials::kNone);
+          g.Fill(rng, lo, hi, Specials::kNone);
           for (int which = 0; which < 4; ++which) {  // x and b, x only, b only, neither
             const T* xp = which == 0 || which == 1 ? x.row() : nullptr;
             const T* bp = which == 0 || which == 2 ? b.row() : nullptr;

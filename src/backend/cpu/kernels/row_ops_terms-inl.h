@@ -54,7 +54,7 @@ HWY_INLINE VF TermVec(DF d, const Term<T>& t, int64_t j) {
 template <typename T>
 HWY_INLINE float TermAt(const Term<T>& t, int64_t j) {
   float v = (t.x && t.b) ? ToF32(t.x[j * t.xs]) + ToF32(t.b[j * t.bs]) : ToF32(t.x ? t.x[j * t.xs] : t.b[j * t.bs]);
-  return t.scaled ? v * t.s : v;
+  return t.scaled ? MulRoundedScalar(v, t.s) : v;
 }
 
 // Whether a walk's products take kNoAssist: once its UnderflowWatch has seen an underflow, except on a core
