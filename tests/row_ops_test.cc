@@ -395,7 +395,7 @@ HWY_NOINLINE void TestZeroRows() {
 // ScaleRow: dst[j] = rne(src[j] * s), unit-stride and strided rows, specials included; for the scales that
 // put the product of a power of two exactly on a rounding tie, both directions of the tie; and tiny rows
 // (near 2^-70, fp16 its smallest normals) times tiny scales, whose products fall below fp32's normal range
-// (the element-by-element columns take MulRoundedScalar).
+// (the element-by-element columns in the plain multiply and in the scalar FMA, ScalarProduct).
 HWY_NOINLINE void TestScaleRow() {
   ForEachType([&](auto zero) {
     using T = decltype(zero);
@@ -422,11 +422,18 @@ HWY_NOINLINE void TestScaleRow() {
             } else {
               src.Fill(rng, -10, 10, Specials::kAll);
             }
-            Buffer<T> dst(n, st[1], offset);
-            ScaleRow(src.row(), st[0], s, dst.row(), st[1], n);
-            ASSERT_TRUE(dst.Check([&](int64_t j) { return rt::Narrow<T>(rt::Widen(src.at(j)) * s); }))
-                << At<T>("ScaleRow", n, "strides " + std::to_string(st[0]) + "," + std::to_string(st[1]) +
-                                            " offset " + std::to_string(offset) + " s=" + std::to_string(s));
+            for (bool fused : {false, true}) {  // the element loop's plain multiply and its scalar FMA
+              Buffer<T> dst(n, st[1], offset);
+              if (fused) {
+                ScaleRow<true>(src.row(), st[0], s, dst.row(), st[1], n);
+              } else {
+                ScaleRow<false>(src.row(), st[0], s, dst.row(), st[1], n);
+              }
+              ASSERT_TRUE(dst.Check([&](int64_t j) { return rt::Narrow<T>(rt::Widen(src.at(j)) * s); }))
+                  << At<T>("ScaleRow", n, "strides " + std::to_string(st[0]) + "," + std::to_string(st[1]) +
+                                              " offset " + std::to_string(offset) + " s=" + std::to_string(s) +
+                                              (fused ? " fused" : ""));
+            }
           }
         }
       }
@@ -496,18 +503,22 @@ HWY_NOINLINE void TestSumRowsOf() {
             const bool ties = kind == 1, tiny = kind == 2;
             if (ties && (count != 2 || st[0] != 1)) continue;
             const Rows<T> rows = MakeRows<T>(rng, count, n, st[0], true, ties, tiny);
-            Buffer<T> dst(n, st[1], 1);
-            SumRowsOf<T>(
-                count,
-                [&](int64_t m, float* scale) {
-                  *scale = rows.scales[static_cast<size_t>(m)];
-                  return rows.ptrs[static_cast<size_t>(m)];
-                },
-                st[0], dst.row(), st[1], n);
-            ASSERT_TRUE(dst.Check([&](int64_t j) { return rows.Expected(j, true); }))
-                << At<T>("SumRowsOf", n, "count " + std::to_string(count) + " strides " + std::to_string(st[0]) +
-                                             "," + std::to_string(st[1]) + (ties ? " ties" : "") +
-                                             (tiny ? " tiny" : ""));
+            auto row = [&](int64_t m, float* scale) {
+              *scale = rows.scales[static_cast<size_t>(m)];
+              return rows.ptrs[static_cast<size_t>(m)];
+            };
+            for (bool fused : {false, true}) {  // the element loop's plain multiply and its scalar FMA
+              Buffer<T> dst(n, st[1], 1);
+              if (fused) {
+                SumRowsOf<T, true>(count, row, st[0], dst.row(), st[1], n);
+              } else {
+                SumRowsOf<T, false>(count, row, st[0], dst.row(), st[1], n);
+              }
+              ASSERT_TRUE(dst.Check([&](int64_t j) { return rows.Expected(j, true); }))
+                  << At<T>("SumRowsOf", n, "count " + std::to_string(count) + " strides " + std::to_string(st[0]) +
+                                               "," + std::to_string(st[1]) + (ties ? " ties" : "") +
+                                               (tiny ? " tiny" : "") + (fused ? " fused" : ""));
+            }
           }
         }
       }
@@ -583,12 +594,15 @@ HWY_NOINLINE void TestDotRow() {
           for (int which = 0; which < 4; ++which) {  // x and b, x only, b only, neither
             const T* xp = which == 0 || which == 1 ? x.row() : nullptr;
             const T* bp = which == 0 || which == 2 ? b.row() : nullptr;
-            const float got = DotRow(xp, st[0], bp, st[1], g.row(), st[2], n);
             const float want = rt::RefDot(xp, st[0], bp, st[1], g.row(), st[2], n);
-            ASSERT_TRUE(rt::SameFloat(got, want))
-                << At<T>("DotRow", n, "x,b present " + std::to_string(which) + " strides " +
-                                          std::to_string(st[0]) + "," + std::to_string(st[1]) + "," +
-                                          std::to_string(st[2]));
+            for (bool fused : {false, true}) {  // the element loop's plain multiply and its scalar FMA
+              const float got = fused ? DotRow<true>(xp, st[0], bp, st[1], g.row(), st[2], n)
+                                      : DotRow<false>(xp, st[0], bp, st[1], g.row(), st[2], n);
+              ASSERT_TRUE(rt::SameFloat(got, want))
+                  << At<T>("DotRow", n, "x,b present " + std::to_string(which) + " strides " +
+                                            std::to_string(st[0]) + "," + std::to_string(st[1]) + "," +
+                                            std::to_string(st[2]) + (fused ? " fused" : "") + (tiny ? " tiny" : ""));
+            }
           }
         }
       }

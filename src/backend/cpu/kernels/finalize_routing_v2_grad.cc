@@ -29,19 +29,25 @@ void FinalizeRoutingV2GradTyped(const FinalizeRoutingV2GradTask& p) {
   const int64_t grain = std::max<int64_t>(1, kBytesPerThread / row_bytes);
 
   // gradExpandedX, split over its rows: row v sums its pairs in ascending pair order (zero when none).
+  // The element loops' products: the plain multiply, the fused form from an underflow on where the core spares
+  // it (WithScalarForm, underflow_watch.h).
   internal::ParallelFor(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+    UnderflowWatch watch(WatchesUnderflow<T>());
     for (int64_t v = begin; v < end; ++v) {
       const int64_t* first = p.pairs + p.offsets[v];
       const int64_t count = p.offsets[v + 1] - p.offsets[v];
       T* dst = p.grad_expanded_x.Row<T>(v);
-      SumRowsOf<T>(
-          count,
-          [&](int64_t m, float* scale) {
-            const int64_t i = first[m];
-            *scale = has_scales ? LoadWeight(p.scales, i, p.weight_dtype) : 1.0f;
-            return p.grad_y.Row<const T>(i / K);
-          },
-          p.grad_y.col_stride, dst, p.grad_expanded_x.col_stride, H);
+      WithScalarForm(watch, [&](auto fused) {
+        SumRowsOf<T, decltype(fused)::value>(
+            count,
+            [&](int64_t m, float* scale) {
+              const int64_t i = first[m];
+              *scale = has_scales ? LoadWeight(p.scales, i, p.weight_dtype) : 1.0f;
+              return p.grad_y.Row<const T>(i / K);
+            },
+            p.grad_y.col_stride, dst, p.grad_expanded_x.col_stride, H);
+      });
+      watch.Poll();
     }
   });
 
@@ -49,12 +55,17 @@ void FinalizeRoutingV2GradTyped(const FinalizeRoutingV2GradTask& p) {
   // gradScales, split over pairs: (x_i + b_i) . gradY[i / K], x_i = 0 for a dropped pair.
   const bool has_bias = p.bias.data != nullptr;
   internal::ParallelFor(0, p.tokens * K, grain, [&](int64_t begin, int64_t end) {
+    UnderflowWatch watch(WatchesUnderflow<T>());
     for (int64_t i = begin; i < end; ++i) {
       const int64_t v = p.row_idx.At<const int32_t>(i);
       const T* x = (v >= 0 && v < p.rows) ? p.expanded_x.Row<const T>(v) : nullptr;
       const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
-      const float dot = DotRow(x, p.expanded_x.col_stride, b, p.bias.col_stride, p.grad_y.Row<const T>(i / K),
-                               p.grad_y.col_stride, H);
+      float dot = 0.0f;
+      WithScalarForm(watch, [&](auto fused) {
+        dot = DotRow<decltype(fused)::value>(x, p.expanded_x.col_stride, b, p.bias.col_stride,
+                                             p.grad_y.Row<const T>(i / K), p.grad_y.col_stride, H);
+      });
+      watch.Poll();
       StoreWeight(p.grad_scales, i, p.weight_dtype, dot);
     }
   });
@@ -171,17 +182,25 @@ void FinalizeRoutingV2GradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
     if (unit) {
       FinalizeRoutingV2GradPairsUnit<T>(p, i_begin, i_end, stream);
     } else {
+      // Strided rows, element by element: the plain multiply, the fused form from an underflow on where the
+      // core spares it (WithScalarForm, underflow_watch.h).
+      UnderflowWatch watch(WatchesUnderflow<T>());
       for (int64_t i = i_begin; i < i_end; ++i) {
         const T* g = p.grad_y.Row<const T>(i / K);
         const int64_t v = p.row_idx.At<const int32_t>(i);
         T* out = v >= 0 && v < p.rows ? p.grad_expanded_x.Row<T>(v) : nullptr;
         const float s = has_scales ? LoadWeight(p.scales, i, p.weight_dtype) : 1.0f;
-        if (out != nullptr) ScaleRow(g, p.grad_y.col_stride, s, out, p.grad_expanded_x.col_stride, H);
-        if (!has_scales) continue;
-        const T* x = out != nullptr ? p.expanded_x.Row<const T>(v) : nullptr;
-        const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
-        const float dot = DotRow(x, p.expanded_x.col_stride, b, p.bias.col_stride, g, p.grad_y.col_stride, H);
-        StoreWeight(p.grad_scales, i, p.weight_dtype, dot);
+        WithScalarForm(watch, [&](auto fused) {
+          constexpr bool kFused = decltype(fused)::value;
+          if (out != nullptr) ScaleRow<kFused>(g, p.grad_y.col_stride, s, out, p.grad_expanded_x.col_stride, H);
+          if (!has_scales) return;
+          const T* x = out != nullptr ? p.expanded_x.Row<const T>(v) : nullptr;
+          const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
+          const float dot =
+              DotRow<kFused>(x, p.expanded_x.col_stride, b, p.bias.col_stride, g, p.grad_y.col_stride, H);
+          StoreWeight(p.grad_scales, i, p.weight_dtype, dot);
+        });
+        watch.Poll();
       }
     }
     // This part's share of the rows no pair writes: those of rank [z_begin, z_end) among them.

@@ -152,17 +152,28 @@ HWY_INLINE VF MulNoAssist(VF a, VF b, VF cb) {
 HWY_INLINE VF MulNoAssist(VF a, VF b) { return MulNoAssist(a, b, BelowNormalAddend(b)); }
 
 // a * b for one element, rounded once: the fused form (MulRounded's, one scalar FMA) where the target has FMA,
-// else the plain multiply. For the element-by-element loops (strided rows, the last columns of unit-stride
-// ones), which no UnderflowWatch follows: on AMD cores a scalar multiply whose product underflows takes the
-// slow path and the FMA does not (a strided loop of products below fp32's normal range on the Zen 5 guest:
-// 0.56 ns an element with the multiply, 0.22 with the FMA, as for ordinary products with either), and on
-// the others it costs what the multiply costs.
+// else the plain multiply. On AMD cores a scalar multiply whose product underflows takes the slow path and the
+// FMA does not (a strided loop of products below fp32's normal range on the Zen 5 guest: 0.56 ns an element
+// with the multiply, 0.22 with the FMA, as for ordinary products with either).
 HWY_INLINE float MulRoundedScalar(float a, float b) {
 #if HWY_NATIVE_FMA && (defined(__GNUC__) || defined(__clang__))
   return __builtin_fmaf(a, b, -0.0f);
 #else
   return a * b;
 #endif
+}
+
+// The products of the element-by-element loops (strided rows, the last columns of unit-stride ones): with
+// kFused MulRoundedScalar, else the plain multiply, which costs ordinary values less in those loops (7-14%
+// in a strided walk); the same bits. The callers take kFused once their UnderflowWatch has seen an underflow
+// on a core that spares the fused form (WithScalarForm in underflow_watch.h).
+template <bool kFused>
+HWY_INLINE float ScalarProduct(float a, float b) {
+  if constexpr (kFused) {
+    return MulRoundedScalar(a, b);
+  } else {
+    return a * b;
+  }
 }
 
 // The products p[i] = a[i] * b[i], i < kN, MulNoAssist's bits (cb[i] = BelowNormalAddend(b[i])), with one test
@@ -398,8 +409,8 @@ HWY_INLINE void ZeroRow(T* dst, int64_t dst_stride, int64_t n) {
   for (int64_t j = 0; j < n; ++j) dst[j * dst_stride] = zero;
 }
 
-// dst[j] = rne(src[j] * s).
-template <typename T>
+// dst[j] = rne(src[j] * s); kFused: the element loop's form (ScalarProduct).
+template <bool kFused = false, typename T>
 HWY_INLINE void ScaleRow(const T* src, int64_t src_stride, float s, T* dst, int64_t dst_stride, int64_t n) {
   int64_t j = 0;
   if (src_stride == 1 && dst_stride == 1) {
@@ -408,19 +419,19 @@ HWY_INLINE void ScaleRow(const T* src, int64_t src_stride, float s, T* dst, int6
     const VF vs = hn::Set(d, s);
     for (; j + lanes <= n; j += lanes) StoreF32(d, MulRounded(LoadF32(d, src + j), vs), dst + j);
   }
-  for (; j < n; ++j) dst[j * dst_stride] = FromF32<T>(MulRoundedScalar(ToF32(src[j * src_stride]), s));
+  for (; j < n; ++j) dst[j * dst_stride] = FromF32<T>(ScalarProduct<kFused>(ToF32(src[j * src_stride]), s));
 }
 
 // dst[j] = rne(p_0 + p_1 + ... + p_{count-1}) with p_m = row_m[j] * scale_m, summed in fp32 left to right
 // starting from p_0; zero when count is 0. `row(m, &scale)` returns row m and sets its scale. Every row
-// shares `src_stride` as its inner stride.
-template <typename T, typename RowFn>
+// shares `src_stride` as its inner stride. kFused: the element loop's form (ScalarProduct).
+template <typename T, bool kFused = false, typename RowFn>
 HWY_INLINE void SumRowsOf(int64_t count, const RowFn& row, int64_t src_stride, T* dst, int64_t dst_stride,
                           int64_t n) {
   if (count == 0) return ZeroRow(dst, dst_stride, n);
   float s0;
   const T* r0 = row(0, &s0);
-  if (count == 1) return ScaleRow(r0, src_stride, s0, dst, dst_stride, n);
+  if (count == 1) return ScaleRow<kFused>(r0, src_stride, s0, dst, dst_stride, n);
   int64_t j = 0;
   if (src_stride == 1 && dst_stride == 1) {
     const DF d;
@@ -436,19 +447,20 @@ HWY_INLINE void SumRowsOf(int64_t count, const RowFn& row, int64_t src_stride, T
     }
   }
   for (; j < n; ++j) {
-    float acc = MulRoundedScalar(ToF32(r0[j * src_stride]), s0);
+    float acc = ScalarProduct<kFused>(ToF32(r0[j * src_stride]), s0);
     for (int64_t m = 1; m < count; ++m) {
       float s;
       const T* r = row(m, &s);
-      acc += MulRoundedScalar(ToF32(r[j * src_stride]), s);
+      acc += ScalarProduct<kFused>(ToF32(r[j * src_stride]), s);
     }
     dst[j * dst_stride] = FromF32<T>(acc);
   }
 }
 
 // sum_j (x[j] + b[j]) * g[j] with x or b null meaning 0, in the canonical order every target shares:
-// element j goes to partial sum j % 16 (ascending j), then the 16 partials are added as a fixed tree.
-template <typename T>
+// element j goes to partial sum j % 16 (ascending j), then the 16 partials are added as a fixed tree. kFused:
+// the element loop's form (ScalarProduct).
+template <bool kFused = false, typename T>
 HWY_INLINE float DotRow(const T* x, int64_t x_stride, const T* b, int64_t b_stride, const T* g,
                         int64_t g_stride, int64_t n) {
   constexpr int kParts = 16;
@@ -479,7 +491,7 @@ HWY_INLINE float DotRow(const T* x, int64_t x_stride, const T* b, int64_t b_stri
       float v;
       if (x && b) v = ToF32(x[j * x_stride]) + ToF32(b[j * b_stride]);
       else v = x ? ToF32(x[j * x_stride]) : ToF32(b[j * b_stride]);
-      part[j % kParts] += MulRoundedScalar(v, ToF32(g[j * g_stride]));
+      part[j % kParts] += ScalarProduct<kFused>(v, ToF32(g[j * g_stride]));
     }
   }
   for (int w = kParts / 2; w >= 1; w /= 2) {

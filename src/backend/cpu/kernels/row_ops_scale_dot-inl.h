@@ -107,7 +107,7 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
   if (kOut) {
     // ScaleRow stores every whole vector with vector code and only the rest element by element.
     for (; j + kL <= n; j += kL) PutF32<kStream>(d, Product<kForm>(LoadF32(d, g + j), vs), out + j);
-    for (; j < n; ++j) out[j] = FromF32<T>(MulRoundedScalar(ToF32(g[j]), s));
+    for (; j < n; ++j) out[j] = FromF32<T>(ScalarProduct<kForm != kPlainMul>(ToF32(g[j]), s));
   }
   if (!kDot) return 0.0f;
   HWY_ALIGN float part[kParts];
@@ -116,7 +116,7 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
     float v;
     if (kX && kB) v = ToF32(x[j]) + ToF32(b[j]);
     else v = kX ? ToF32(x[j]) : ToF32(b[j]);
-    part[j % kParts] += MulRoundedScalar(v, ToF32(g[j]));
+    part[j % kParts] += ScalarProduct<kForm != kPlainMul>(v, ToF32(g[j]));
   }
   for (int w = kParts / 2; w >= 1; w /= 2) {
     for (int l = 0; l < w; ++l) part[l] += part[l + w];

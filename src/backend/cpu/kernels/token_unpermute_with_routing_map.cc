@@ -34,18 +34,23 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
         stream);
     return;
   }
-  auto sum_rows_of = [&](int64_t t) {
-    SumRowsOf<T>(
-        count_of(t),
-        [&](int64_t m, float* scale) {
-          const int64_t q = q_of(t, m);
-          *scale = p.weights[q];
-          return p.permuted.Row<const T>(row_of_q(q));
-        },
-        p.permuted.col_stride, p.unpermuted.Row<T>(t), p.unpermuted.col_stride, H);
-  };
   if (p.permuted.col_stride != 1 || p.unpermuted.col_stride != 1) {
-    for (int64_t t = begin; t < end; ++t) sum_rows_of(t);
+    // Strided rows, element by element: the plain multiply, the fused form from an underflow on where the core
+    // spares it (WithScalarForm, underflow_watch.h).
+    UnderflowWatch watch(WatchesUnderflow<T>());
+    for (int64_t t = begin; t < end; ++t) {
+      WithScalarForm(watch, [&](auto fused) {
+        SumRowsOf<T, decltype(fused)::value>(
+            count_of(t),
+            [&](int64_t m, float* scale) {
+              const int64_t q = q_of(t, m);
+              *scale = p.weights[q];
+              return p.permuted.Row<const T>(row_of_q(q));
+            },
+            p.permuted.col_stride, p.unpermuted.Row<T>(t), p.unpermuted.col_stride, H);
+      });
+      watch.Poll();
+    }
     return;
   }
   // Unit-stride rows: a token of at most kGroup contributions is one SumTermsUnit (every term w * x, one fp32

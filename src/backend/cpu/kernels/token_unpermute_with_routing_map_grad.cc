@@ -57,17 +57,24 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
       watch.Poll();  // underflow_watch.h
       continue;
     }
-    SumRowsOf<T>(
-        count,
-        [&](int64_t m, float* scale) {
-          *scale = WeightOf(p, pairs[m]);
-          return g.Row<const T>(TokenOf(p, pairs[m]));
-        },
-        g.col_stride, dst, out.col_stride, H);
-    for (int64_t m = 0; m < count; ++m) {
-      const T* gr = g.Row<const T>(TokenOf(p, pairs[m]));
-      p.dots[pairs[m]] = DotRow(xr, x.col_stride, static_cast<const T*>(nullptr), 1, gr, g.col_stride, H);
-    }
+    // Element by element (strided rows, or a row of several pairs): the plain multiply, the fused form from an
+    // underflow on where the core spares it (WithScalarForm, underflow_watch.h).
+    WithScalarForm(watch, [&](auto fused) {
+      constexpr bool kFused = decltype(fused)::value;
+      SumRowsOf<T, kFused>(
+          count,
+          [&](int64_t m, float* scale) {
+            *scale = WeightOf(p, pairs[m]);
+            return g.Row<const T>(TokenOf(p, pairs[m]));
+          },
+          g.col_stride, dst, out.col_stride, H);
+      for (int64_t m = 0; m < count; ++m) {
+        const T* gr = g.Row<const T>(TokenOf(p, pairs[m]));
+        p.dots[pairs[m]] =
+            DotRow<kFused>(xr, x.col_stride, static_cast<const T*>(nullptr), 1, gr, g.col_stride, H);
+      }
+    });
+    watch.Poll();
   }
 }
 

@@ -20,6 +20,7 @@
 
 #include <cstring>
 #include <string_view>
+#include <type_traits>
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #include <xmmintrin.h>
@@ -114,6 +115,18 @@ class UnderflowWatch {
   bool fused_spared_;
   bool seen_ = false;
 };
+
+// fn(std::true_type()) once `watch` has seen an underflow on a core that spares the fused form, else
+// fn(std::false_type()): the form of the element-by-element loops' products (ScalarProduct<kFused> in
+// row_ops-inl.h: the scalar FMA, or the plain multiply, which costs ordinary values less there).
+template <typename Fn>
+inline void WithScalarForm(const UnderflowWatch& watch, const Fn& fn) {
+  if (watch.seen() && watch.fused_spared()) {
+    fn(std::true_type());
+  } else {
+    fn(std::false_type());
+  }
+}
 
 }  // namespace moegrad::kernels
 
