@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Strided rows against tiny values: the combine (MoeTokenUnpermuteWithRoutingMap) and the finalize gradient
-(MoeFinalizeRoutingV2Grad) on rows of inner stride 2 (every other column of a (rows, 2H) bf16 tensor), which
-take the element-by-element loops, with ordinary values and with tiny ones (scaled by 2^-70 with their
-weights, so that the products fall below fp32's normal range), alternated; medians of 11 calls per run and
-of the runs, in ms, and the ratio of the speeds (docs/performance.md, "Strided rows with tiny values").
+"""Strided rows against tiny values: the combine (MoeTokenUnpermuteWithRoutingMap), the finalize gradient
+(MoeFinalizeRoutingV2Grad) and the forward finalize (MoeFinalizeRoutingV2, mode 0, no bias) on rows of inner
+stride 2 (every other column of a (rows, 2H) bf16 tensor), which take the element-by-element loops, with
+ordinary values and with tiny ones (scaled by 2^-70 with their weights, so that the products fall below
+fp32's normal range), alternated; medians of 11 calls per run and of the runs, in ms, and the ratio of the
+speeds (docs/performance.md, "Strided rows with tiny values").
 
   PYTHONPATH=build/python .venv/bin/python bench/strided_values.py [RUNS]
 """
@@ -34,6 +35,10 @@ def finalize_grad(tiny):
     g, x = strided(T, tiny), strided(N, tiny)
     s = scale_of(torch.rand(T, K, dtype=dt), tiny)
     return lambda: mt.moe_finalize_routing_v2_grad(g, idx, x, s)
+def forward_finalize(tiny):
+    x = strided(N, tiny)
+    s = scale_of(torch.rand(T, K, dtype=dt), tiny)
+    return lambda: mt.moe_finalize_routing_v2(x, idx, scales=s)
 def time_of(f):
     f()
     ts = []
@@ -41,7 +46,7 @@ def time_of(f):
         t0 = time.perf_counter(); f(); ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
 runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-for name, make in (("combine", combine), ("finalize grad", finalize_grad)):
+for name, make in (("combine", combine), ("finalize grad", finalize_grad), ("forward finalize", forward_finalize)):
     res = {False: [], True: []}
     for rep in range(runs):
         for tiny in (False, True):
