@@ -129,6 +129,13 @@ inline const std::vector<int64_t>& Lengths() {
 
 enum class Specials { kNone, kNoNaN, kAll };
 
+// The exponents of tiny values of T: near 2^-70 (products of two, or with a tiny scale, fall below fp32's
+// normal range); fp16, which cannot hold them, its smallest normals.
+template <typename T>
+constexpr int TinyEmin() { return hwy::IsSame<T, hwy::float16_t>() ? -14 : -72; }
+template <typename T>
+constexpr int TinyEmax() { return hwy::IsSame<T, hwy::float16_t>() ? -12 : -60; }
+
 // A random value exact in T, magnitude in [2^emin, 2^(emax+1)), random sign; with `specials`, now and then
 // +-0, a subnormal of T, +-infinity, the largest finite T, or (kAll) a NaN, quiet or signalling.
 template <typename T>
@@ -418,7 +425,7 @@ HWY_NOINLINE void TestScaleRow() {
             if (ties) {
               for (int64_t j = 0; j < n; ++j) src.at(j) = rt::Narrow<T>(std::ldexp(1.0f, int(rng() % 9) - 4));
             } else if (tiny) {
-              src.Fill(rng, f16 ? -14 : -72, f16 ? -12 : -60, Specials::kAll);
+              src.Fill(rng, rt::TinyEmin<T>(), rt::TinyEmax<T>(), Specials::kAll);
             } else {
               src.Fill(rng, -10, 10, Specials::kAll);
             }
@@ -476,7 +483,7 @@ Rows<T> MakeRows(std::mt19937& rng, int64_t count, int64_t n, int64_t stride, bo
                                      : rt::Narrow<T>(std::ldexp(frac[rng() % 6], -M));
       }
     } else if (tiny) {
-      r.rows.back().Fill(rng, f16 ? -14 : -72, f16 ? -12 : -60, m == 0 ? Specials::kAll : Specials::kNone);
+      r.rows.back().Fill(rng, rt::TinyEmin<T>(), rt::TinyEmax<T>(), m == 0 ? Specials::kAll : Specials::kNone);
     } else {
       r.rows.back().Fill(rng, -8, 8, m == 0 ? Specials::kAll : Specials::kNone);
     }
@@ -586,8 +593,7 @@ HWY_NOINLINE void TestDotRow() {
         Buffer<T> x(n, st[0], 1), b(n, st[1], 0), g(n, st[2], 2);
         for (int trial = 0; trial < 4; ++trial) {
           const bool tiny = trial == 3;
-          const bool f16 = hwy::IsSame<T, hwy::float16_t>();
-          const int lo = tiny ? (f16 ? -14 : -72) : -8, hi = tiny ? (f16 ? -12 : -60) : 8;
+          const int lo = tiny ? rt::TinyEmin<T>() : -8, hi = tiny ? rt::TinyEmax<T>() : 8;
           x.Fill(rng, lo, hi, Specials::kNone);
           b.Fill(rng, lo, hi, Specials::kNone);
           g.Fill(rng, lo, hi, Specials::kNone);
@@ -942,8 +948,8 @@ HWY_NOINLINE void TestSumTermsForms() {
               bs.emplace_back(n, 1, 0);
               const Specials sp = m == 0 ? Specials::kNoNaN : Specials::kNone;
               if (tiny) {
-                xs.back().Fill(rng, f16 ? -14 : -72, f16 ? -12 : -60, sp);
-                bs.back().Fill(rng, f16 ? -14 : -72, f16 ? -12 : -60, Specials::kNone);
+                xs.back().Fill(rng, rt::TinyEmin<T>(), rt::TinyEmax<T>(), sp);
+                bs.back().Fill(rng, rt::TinyEmin<T>(), rt::TinyEmax<T>(), Specials::kNone);
               } else {
                 xs.back().Fill(rng, -8, 8, sp);
                 bs.back().Fill(rng, -8, 8, Specials::kNone);

@@ -10,7 +10,9 @@
 // gradient walks with a large bias table, the fused form: FmaFromTheStart in row_ops_scale_dot-inl.h) until
 // the underflow flag says a product has underflowed, and from then on MulNoAssist, except on a core that
 // spares the fused form (fused_spared(), FusedSparesUnderflow), where the walks go on in the fused form: the
-// same bits either way, only the speed differs. Elsewhere (ARM, no MXCSR) seen() is always false.
+// same bits either way, only the speed differs. The element-by-element loops (strided rows) keep the plain
+// multiply until then and take the scalar FMA only where the core spares it (WithScalarForm, below).
+// Elsewhere (ARM, no MXCSR) seen() is always false.
 //
 // The caller's flags are kept: the watch clears the underflow and denormal-operand flags when it begins and,
 // when it ends, sets again those that were set before, so the thread's flags afterwards are exactly those the
