@@ -239,6 +239,18 @@ void ForEachType(const Fn& fn) {
   fn(hwy::bfloat16_t{});
 }
 
+// Calls fn(std::integral_constant<int, kForm>()) for every ProductForm of the element-by-element loops
+// (ScalarProduct: the plain multiply, the scalar FMA, MulNoAssistScalar), whatever the core's watch would take.
+template <class Fn>
+void ForEachScalarForm(const Fn& fn) {
+  fn(std::integral_constant<int, kPlainMul>());
+  fn(std::integral_constant<int, kFused>());
+  fn(std::integral_constant<int, kNoAssist>());
+}
+inline std::string FormName(int form) {
+  return form == kNoAssist ? " no-assist" : form == kFused ? " fused" : " plain";
+}
+
 template <typename T>
 std::string At(const char* what, int64_t n, const std::string& more = "") {
   return rt::Where(HWY_TARGET, what, rt::TypeName<T>(), n, more);
@@ -402,7 +414,7 @@ HWY_NOINLINE void TestZeroRows() {
 // ScaleRow: dst[j] = rne(src[j] * s), unit-stride and strided rows, specials included; for the scales that
 // put the product of a power of two exactly on a rounding tie, both directions of the tie; and tiny rows
 // (near 2^-70, fp16 its smallest normals) times tiny scales, whose products fall below fp32's normal range
-// (the element-by-element columns in the plain multiply and in the scalar FMA, ScalarProduct).
+// (the element-by-element columns in every form of ScalarProduct).
 HWY_NOINLINE void TestScaleRow() {
   ForEachType([&](auto zero) {
     using T = decltype(zero);
@@ -429,18 +441,15 @@ HWY_NOINLINE void TestScaleRow() {
             } else {
               src.Fill(rng, -10, 10, Specials::kAll);
             }
-            for (bool fused : {false, true}) {  // the element loop's plain multiply and its scalar FMA
+            ForEachScalarForm([&](auto form) {
+              constexpr int kForm = decltype(form)::value;
               Buffer<T> dst(n, st[1], offset);
-              if (fused) {
-                ScaleRow<true>(src.row(), st[0], s, dst.row(), st[1], n);
-              } else {
-                ScaleRow<false>(src.row(), st[0], s, dst.row(), st[1], n);
-              }
+              ScaleRow<kForm>(src.row(), st[0], s, dst.row(), st[1], n);
               ASSERT_TRUE(dst.Check([&](int64_t j) { return rt::Narrow<T>(rt::Widen(src.at(j)) * s); }))
                   << At<T>("ScaleRow", n, "strides " + std::to_string(st[0]) + "," + std::to_string(st[1]) +
                                               " offset " + std::to_string(offset) + " s=" + std::to_string(s) +
-                                              (fused ? " fused" : ""));
-            }
+                                              FormName(kForm));
+            });
           }
         }
       }
@@ -514,18 +523,15 @@ HWY_NOINLINE void TestSumRowsOf() {
               *scale = rows.scales[static_cast<size_t>(m)];
               return rows.ptrs[static_cast<size_t>(m)];
             };
-            for (bool fused : {false, true}) {  // the element loop's plain multiply and its scalar FMA
+            ForEachScalarForm([&](auto form) {
+              constexpr int kForm = decltype(form)::value;
               Buffer<T> dst(n, st[1], 1);
-              if (fused) {
-                SumRowsOf<T, true>(count, row, st[0], dst.row(), st[1], n);
-              } else {
-                SumRowsOf<T, false>(count, row, st[0], dst.row(), st[1], n);
-              }
+              SumRowsOf<T, kForm>(count, row, st[0], dst.row(), st[1], n);
               ASSERT_TRUE(dst.Check([&](int64_t j) { return rows.Expected(j, true); }))
                   << At<T>("SumRowsOf", n, "count " + std::to_string(count) + " strides " + std::to_string(st[0]) +
                                                "," + std::to_string(st[1]) + (ties ? " ties" : "") +
-                                               (tiny ? " tiny" : "") + (fused ? " fused" : ""));
-            }
+                                               (tiny ? " tiny" : "") + FormName(kForm));
+            });
           }
         }
       }
@@ -601,14 +607,14 @@ HWY_NOINLINE void TestDotRow() {
             const T* xp = which == 0 || which == 1 ? x.row() : nullptr;
             const T* bp = which == 0 || which == 2 ? b.row() : nullptr;
             const float want = rt::RefDot(xp, st[0], bp, st[1], g.row(), st[2], n);
-            for (bool fused : {false, true}) {  // the element loop's plain multiply and its scalar FMA
-              const float got = fused ? DotRow<true>(xp, st[0], bp, st[1], g.row(), st[2], n)
-                                      : DotRow<false>(xp, st[0], bp, st[1], g.row(), st[2], n);
+            ForEachScalarForm([&](auto form) {
+              constexpr int kForm = decltype(form)::value;
+              const float got = DotRow<kForm>(xp, st[0], bp, st[1], g.row(), st[2], n);
               ASSERT_TRUE(rt::SameFloat(got, want))
                   << At<T>("DotRow", n, "x,b present " + std::to_string(which) + " strides " +
                                             std::to_string(st[0]) + "," + std::to_string(st[1]) + "," +
-                                            std::to_string(st[2]) + (fused ? " fused" : "") + (tiny ? " tiny" : ""));
-            }
+                                            std::to_string(st[2]) + FormName(kForm) + (tiny ? " tiny" : ""));
+            });
           }
         }
       }
@@ -892,7 +898,8 @@ inline ::testing::AssertionResult SameProduct(float got, float a, float b) {
 
 // MulNoAssist rounds every product exactly as the scalar multiply: subnormal results, ties of the subnormal grid,
 // products that round up to 2^-126, signed zeros, specials; with its addend from either factor, vector or
-// scalar (BelowNormalAddend), as the loops take it for a shared gradY vector or scale.
+// scalar (BelowNormalAddend), as the loops take it for a shared gradY vector or scale. So do the element
+// loops' scalar forms (ScalarProduct: MulNoAssistScalar, the scalar FMA, the plain multiply).
 HWY_NOINLINE void TestMulNoAssist() {
   const DF d;
   const size_t lanes = hn::Lanes(d);
@@ -922,12 +929,21 @@ HWY_NOINLINE void TestMulNoAssist() {
   for (size_t i = 0; i < kCount; ++i) {
     ASSERT_TRUE(SameProduct(out[i], a[i], b[i / lanes * lanes])) << "MulNoAssist, one factor, lane " << i;
   }
+  // One element at a time, every form of the element-by-element loops (ScalarProduct), both orders.
+  for (size_t i = 0; i < kCount; ++i) {
+    ForEachScalarForm([&](auto form) {
+      constexpr int kForm = decltype(form)::value;
+      ASSERT_TRUE(SameProduct(ScalarProduct<kForm>(a[i], b[i]), a[i], b[i])) << "ScalarProduct" << FormName(kForm);
+      ASSERT_TRUE(SameProduct(ScalarProduct<kForm>(b[i], a[i]), b[i], a[i])) << "ScalarProduct" << FormName(kForm);
+    });
+  }
 }
 
 // SumTermsUnit and AddGroup give the scalar model's bits, rne((x_0 + b_0) * s_0 + (x_1 + b_1) * s_1 + ...)
-// left to right, in the fused form and in the assist-free form a walk takes after an underflow, on ordinary
-// values and on values whose products fall below fp32's normal range; so does SumTermsRowWatched, whose long
-// rows of 9 and 16 terms go in groups through an fp32 row (SumTermsSplit).
+// left to right, in the fused form and in the assist-free form a walk takes after an underflow (AddGroup in
+// each form of its element loop too, whole tiles element by element included), on ordinary values and on
+// values whose products fall below fp32's normal range; so does SumTermsRowWatched, whose long rows of 9 and
+// 16 terms go in groups through an fp32 row (SumTermsSplit).
 HWY_NOINLINE void TestSumTermsForms() {
   ForEachType([&](auto zero) {
     using T = decltype(zero);
@@ -990,13 +1006,22 @@ HWY_NOINLINE void TestSumTermsForms() {
               }
               SumTermsUnit<T, false, false, false, kForm>(terms.data(), count, nullptr, 0, dst.row(), n);
               ASSERT_TRUE(dst.Check(expected)) << At<T>("SumTermsUnit", n, what);
-              if (n > kTile) return;
-              Buffer<T> tile(n, 1, 0);
-              AddGroup<kForm>(terms.data(), count, true, true, acc, tile.row(), 1, n, true);
-              ASSERT_TRUE(tile.Check(expected)) << At<T>("AddGroup", n, what);
             };
             check(std::integral_constant<int, kFused>());
             check(std::integral_constant<int, kNoAssist>());
+            if (count <= kGroup && n <= kTile) {
+              // A tile in each form of the element loops (ScalarFormAfter), as vectors with the last columns
+              // one at a time, and every column one at a time as for strided rows.
+              ForEachScalarForm([&](auto form) {
+                constexpr int kForm = decltype(form)::value;
+                for (bool unit : {true, false}) {
+                  Buffer<T> tile(n, 1, 0);
+                  AddGroup<kForm>(terms.data(), count, true, true, acc, tile.row(), 1, n, unit);
+                  ASSERT_TRUE(tile.Check(expected))
+                      << At<T>("AddGroup", n, more + FormName(kForm) + (unit ? "" : " element by element"));
+                }
+              });
+            }
             if (count <= kGroup) {
               // As the forward walks take a row: a first row (probe) of tiny products switches to kNoAssist
               // after its first kTermProbeBytes (where the watch is read), the rest of it in that form; a row

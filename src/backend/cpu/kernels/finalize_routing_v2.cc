@@ -38,7 +38,8 @@ void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
   const bool whole_rows = unit && cursor_end <= kGroup;
   internal::ParallelFor(0, R, grain, [&](int64_t begin, int64_t end) {
     // The products take the fused form until an underflow is seen, then MulNoAssist, or still the fused
-    // form where the core spares it (TermsNoAssist, underflow_watch.h).
+    // form where the core spares it (TermsNoAssist, underflow_watch.h); the element-by-element columns
+    // (strided rows, tails) the plain multiply until then (AddGroup's form, ScalarFormAfter).
     UnderflowWatch watch(WatchesUnderflow<T>());
     HWY_ALIGN float acc[kTile];
     Term<T> terms[kGroup];
@@ -100,7 +101,7 @@ void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
         for (;;) {
           const int count = collect();
           const bool last = cursor >= cursor_end;
-          WithTermForm(TermsNoAssist(watch), [&](auto form) {
+          WithScalarForm(watch, [&](auto form) {
             AddGroup<decltype(form)::value>(terms, count, first, last, acc, dst + j0 * p.out.col_stride,
                                             p.out.col_stride, n, unit);
           });

@@ -29,16 +29,16 @@ void FinalizeRoutingV2GradTyped(const FinalizeRoutingV2GradTask& p) {
   const int64_t grain = std::max<int64_t>(1, kBytesPerThread / row_bytes);
 
   // gradExpandedX, split over its rows: row v sums its pairs in ascending pair order (zero when none).
-  // The element loops' products: the plain multiply, the fused form from an underflow on where the core spares
-  // it (WithScalarForm, underflow_watch.h).
+  // The element loops' products: the plain multiply until an underflow, then the form the core spares
+  // (WithScalarForm, underflow_watch.h).
   internal::ParallelFor(0, p.rows, grain, [&](int64_t begin, int64_t end) {
     UnderflowWatch watch(WatchesUnderflow<T>());
     for (int64_t v = begin; v < end; ++v) {
       const int64_t* first = p.pairs + p.offsets[v];
       const int64_t count = p.offsets[v + 1] - p.offsets[v];
       T* dst = p.grad_expanded_x.Row<T>(v);
-      WithScalarForm(watch, [&](auto fused) {
-        SumRowsOf<T, decltype(fused)::value>(
+      WithScalarForm(watch, [&](auto form) {
+        SumRowsOf<T, decltype(form)::value>(
             count,
             [&](int64_t m, float* scale) {
               const int64_t i = first[m];
@@ -61,8 +61,8 @@ void FinalizeRoutingV2GradTyped(const FinalizeRoutingV2GradTask& p) {
       const T* x = (v >= 0 && v < p.rows) ? p.expanded_x.Row<const T>(v) : nullptr;
       const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
       float dot = 0.0f;
-      WithScalarForm(watch, [&](auto fused) {
-        dot = DotRow<decltype(fused)::value>(x, p.expanded_x.col_stride, b, p.bias.col_stride,
+      WithScalarForm(watch, [&](auto form) {
+        dot = DotRow<decltype(form)::value>(x, p.expanded_x.col_stride, b, p.bias.col_stride,
                                              p.grad_y.Row<const T>(i / K), p.grad_y.col_stride, H);
       });
       watch.Poll();
@@ -182,22 +182,22 @@ void FinalizeRoutingV2GradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
     if (unit) {
       FinalizeRoutingV2GradPairsUnit<T>(p, i_begin, i_end, stream);
     } else {
-      // Strided rows, element by element: the plain multiply, the fused form from an underflow on where the
-      // core spares it (WithScalarForm, underflow_watch.h).
+      // Strided rows, element by element: the plain multiply until an underflow, then the form the core
+      // spares (WithScalarForm, underflow_watch.h).
       UnderflowWatch watch(WatchesUnderflow<T>());
       for (int64_t i = i_begin; i < i_end; ++i) {
         const T* g = p.grad_y.Row<const T>(i / K);
         const int64_t v = p.row_idx.At<const int32_t>(i);
         T* out = v >= 0 && v < p.rows ? p.grad_expanded_x.Row<T>(v) : nullptr;
         const float s = has_scales ? LoadWeight(p.scales, i, p.weight_dtype) : 1.0f;
-        WithScalarForm(watch, [&](auto fused) {
-          constexpr bool kFused = decltype(fused)::value;
-          if (out != nullptr) ScaleRow<kFused>(g, p.grad_y.col_stride, s, out, p.grad_expanded_x.col_stride, H);
+        WithScalarForm(watch, [&](auto form) {
+          constexpr int kForm = decltype(form)::value;
+          if (out != nullptr) ScaleRow<kForm>(g, p.grad_y.col_stride, s, out, p.grad_expanded_x.col_stride, H);
           if (!has_scales) return;
           const T* x = out != nullptr ? p.expanded_x.Row<const T>(v) : nullptr;
           const T* b = has_bias ? p.bias.Row<const T>(p.expert_idx.At<const int32_t>(i)) : nullptr;
           const float dot =
-              DotRow<kFused>(x, p.expanded_x.col_stride, b, p.bias.col_stride, g, p.grad_y.col_stride, H);
+              DotRow<kForm>(x, p.expanded_x.col_stride, b, p.bias.col_stride, g, p.grad_y.col_stride, H);
           StoreWeight(p.grad_scales, i, p.weight_dtype, dot);
         });
         watch.Poll();

@@ -20,6 +20,7 @@
 
 #include "hwy/highway.h"
 #include "src/backend/cpu/kernels/kernel_types.h"
+#include "src/backend/cpu/kernels/underflow_watch.h"
 #include "src/core/float16.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -163,13 +164,42 @@ HWY_INLINE float MulRoundedScalar(float a, float b) {
 #endif
 }
 
-// The products of the element-by-element loops (strided rows, the last columns of unit-stride ones): with
-// kFused MulRoundedScalar, else the plain multiply, which costs ordinary values less in those loops (7-14%
-// in a strided walk); the same bits. The callers take kFused once their UnderflowWatch has seen an underflow
-// on a core that spares the fused form (WithScalarForm in underflow_watch.h).
-template <bool kFused>
+// a * b for one element, rounded once, with no subnormal in or out of any float multiply: MulNoAssist's
+// construction in one lane, for the element-by-element loops after an underflow on a core whose scalar FMA
+// has the slow path too. With FMA, y = fma(a, b, 2^-126 with the product's sign) has the product's bits plus
+// those of 2^-126 where |a * b| < 2^-126 (there |y| < 2^-125), and the plain multiply, whose product is
+// then normal (or non-finite), rounds the rest; without FMA, a product with a tiny finite factor is taken in
+// double (exact there, rounded once in the demotion).
+HWY_INLINE float MulNoAssistScalar(float a, float b) {
+#if HWY_NATIVE_FMA
+  // In one vector lane, so that the sign and bit operations stay in the float registers.
+  const hn::CappedTag<float, 1> d1;
+  const hn::RebindToUnsigned<decltype(d1)> du1;
+  const auto va = hn::Set(d1, a);
+  const auto vb = hn::Set(d1, b);
+  const auto c = hn::Or(hn::And(hn::Xor(va, vb), hn::SignBit(d1)), hn::Set(d1, 0x1p-126f));
+  const auto y = hn::MulAdd(va, vb, c);
+  if (!(std::fabs(hn::GetLane(y)) < 0x1p-125f)) return a * b;  // a normal product, or a non-finite one
+  return hn::GetLane(hn::BitCast(d1, hn::Sub(hn::BitCast(du1, y), hn::Set(du1, 0x00800000u))));
+#else
+  const float fa = std::fabs(a), fb = std::fabs(b);
+  const bool tiny = (fa < 0x1p-63f && fa > 0.0f) || (fb < 0x1p-63f && fb > 0.0f);
+  if (tiny && std::isfinite(a) && std::isfinite(b)) {
+    return static_cast<float>(static_cast<double>(a) * static_cast<double>(b));
+  }
+  return a * b;
+#endif
+}
+
+// The products of the element-by-element loops (strided rows, the last columns of unit-stride ones) in
+// ProductForm kForm: kPlainMul the plain multiply, which costs ordinary values less in those loops than the
+// FMA (7-14% in a strided walk); kFused MulRoundedScalar; kNoAssist MulNoAssistScalar. The same bits. The
+// callers take the form their UnderflowWatch gives (ScalarFormAfter, WithScalarForm in underflow_watch.h).
+template <int kForm>
 HWY_INLINE float ScalarProduct(float a, float b) {
-  if constexpr (kFused) {
+  if constexpr (kForm == kNoAssist) {
+    return MulNoAssistScalar(a, b);
+  } else if constexpr (kForm == kFused) {
     return MulRoundedScalar(a, b);
   } else {
     return a * b;
@@ -239,10 +269,8 @@ HWY_INLINE void ScaleNoAssistN(const VF* g, const VF* cg, float s, VF* p) {
 #endif
 }
 
-// How a loop takes its products, all rounded once to the same bits: kPlainMul hn::Mul, kFused MulRounded (the
-// fused form, spared the slow underflow path on AMD cores), kNoAssist MulNoAssist (no subnormal in or out of
-// any float multiply, for cores whose fused form has the slow path too).
-enum ProductForm : int { kPlainMul = 0, kFused = 1, kNoAssist = 2 };
+// A loop takes its products in one ProductForm (underflow_watch.h): kPlainMul hn::Mul, kFused MulRounded,
+// kNoAssist MulNoAssist.
 
 // a * b; cb = BelowNormalAddend(b), read only by kNoAssist (a loop computes it once for a shared factor).
 template <int kForm>
@@ -409,8 +437,8 @@ HWY_INLINE void ZeroRow(T* dst, int64_t dst_stride, int64_t n) {
   for (int64_t j = 0; j < n; ++j) dst[j * dst_stride] = zero;
 }
 
-// dst[j] = rne(src[j] * s); kFused: the element loop's form (ScalarProduct).
-template <bool kFused = false, typename T>
+// dst[j] = rne(src[j] * s); kForm: the element loop's form (ScalarProduct).
+template <int kForm = kPlainMul, typename T>
 HWY_INLINE void ScaleRow(const T* src, int64_t src_stride, float s, T* dst, int64_t dst_stride, int64_t n) {
   int64_t j = 0;
   if (src_stride == 1 && dst_stride == 1) {
@@ -419,19 +447,19 @@ HWY_INLINE void ScaleRow(const T* src, int64_t src_stride, float s, T* dst, int6
     const VF vs = hn::Set(d, s);
     for (; j + lanes <= n; j += lanes) StoreF32(d, MulRounded(LoadF32(d, src + j), vs), dst + j);
   }
-  for (; j < n; ++j) dst[j * dst_stride] = FromF32<T>(ScalarProduct<kFused>(ToF32(src[j * src_stride]), s));
+  for (; j < n; ++j) dst[j * dst_stride] = FromF32<T>(ScalarProduct<kForm>(ToF32(src[j * src_stride]), s));
 }
 
 // dst[j] = rne(p_0 + p_1 + ... + p_{count-1}) with p_m = row_m[j] * scale_m, summed in fp32 left to right
 // starting from p_0; zero when count is 0. `row(m, &scale)` returns row m and sets its scale. Every row
-// shares `src_stride` as its inner stride. kFused: the element loop's form (ScalarProduct).
-template <typename T, bool kFused = false, typename RowFn>
+// shares `src_stride` as its inner stride. kForm: the element loop's form (ScalarProduct).
+template <typename T, int kForm = kPlainMul, typename RowFn>
 HWY_INLINE void SumRowsOf(int64_t count, const RowFn& row, int64_t src_stride, T* dst, int64_t dst_stride,
                           int64_t n) {
   if (count == 0) return ZeroRow(dst, dst_stride, n);
   float s0;
   const T* r0 = row(0, &s0);
-  if (count == 1) return ScaleRow<kFused>(r0, src_stride, s0, dst, dst_stride, n);
+  if (count == 1) return ScaleRow<kForm>(r0, src_stride, s0, dst, dst_stride, n);
   int64_t j = 0;
   if (src_stride == 1 && dst_stride == 1) {
     const DF d;
@@ -447,20 +475,20 @@ HWY_INLINE void SumRowsOf(int64_t count, const RowFn& row, int64_t src_stride, T
     }
   }
   for (; j < n; ++j) {
-    float acc = ScalarProduct<kFused>(ToF32(r0[j * src_stride]), s0);
+    float acc = ScalarProduct<kForm>(ToF32(r0[j * src_stride]), s0);
     for (int64_t m = 1; m < count; ++m) {
       float s;
       const T* r = row(m, &s);
-      acc += ScalarProduct<kFused>(ToF32(r[j * src_stride]), s);
+      acc += ScalarProduct<kForm>(ToF32(r[j * src_stride]), s);
     }
     dst[j * dst_stride] = FromF32<T>(acc);
   }
 }
 
 // sum_j (x[j] + b[j]) * g[j] with x or b null meaning 0, in the canonical order every target shares:
-// element j goes to partial sum j % 16 (ascending j), then the 16 partials are added as a fixed tree. kFused:
+// element j goes to partial sum j % 16 (ascending j), then the 16 partials are added as a fixed tree. kForm:
 // the element loop's form (ScalarProduct).
-template <bool kFused = false, typename T>
+template <int kForm = kPlainMul, typename T>
 HWY_INLINE float DotRow(const T* x, int64_t x_stride, const T* b, int64_t b_stride, const T* g,
                         int64_t g_stride, int64_t n) {
   constexpr int kParts = 16;
@@ -491,7 +519,7 @@ HWY_INLINE float DotRow(const T* x, int64_t x_stride, const T* b, int64_t b_stri
       float v;
       if (x && b) v = ToF32(x[j * x_stride]) + ToF32(b[j * b_stride]);
       else v = x ? ToF32(x[j * x_stride]) : ToF32(b[j * b_stride]);
-      part[j % kParts] += ScalarProduct<kFused>(v, ToF32(g[j * g_stride]));
+      part[j % kParts] += ScalarProduct<kForm>(v, ToF32(g[j * g_stride]));
     }
   }
   for (int w = kParts / 2; w >= 1; w /= 2) {

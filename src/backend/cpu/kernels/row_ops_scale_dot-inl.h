@@ -41,8 +41,7 @@ namespace moegrad::kernels::HWY_NAMESPACE {
 // (UnderflowWatch::fused_spared, AMD) and kNoAssist elsewhere; until then kFused when `fused` (a bf16 walk with
 // a large bias table: FmaFromTheStart), else kPlainMul.
 HWY_INLINE int FormAfter(const UnderflowWatch& watch, bool fused) {
-  if (watch.seen()) return watch.fused_spared() ? kFused : kNoAssist;
-  return fused ? kFused : kPlainMul;
+  return fused && !watch.seen() ? kFused : ScalarFormAfter(watch);
 }
 
 // Whether a token walk whose dots add rows of a bias table of `table_bytes` takes the FMA form from its first
@@ -107,7 +106,7 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
   if (kOut) {
     // ScaleRow stores every whole vector with vector code and only the rest element by element.
     for (; j + kL <= n; j += kL) PutF32<kStream>(d, Product<kForm>(LoadF32(d, g + j), vs), out + j);
-    for (; j < n; ++j) out[j] = FromF32<T>(ScalarProduct<kForm != kPlainMul>(ToF32(g[j]), s));
+    for (; j < n; ++j) out[j] = FromF32<T>(ScalarProduct<kForm>(ToF32(g[j]), s));
   }
   if (!kDot) return 0.0f;
   HWY_ALIGN float part[kParts];
@@ -116,7 +115,7 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
     float v;
     if (kX && kB) v = ToF32(x[j]) + ToF32(b[j]);
     else v = kX ? ToF32(x[j]) : ToF32(b[j]);
-    part[j % kParts] += ScalarProduct<kForm != kPlainMul>(v, ToF32(g[j]));
+    part[j % kParts] += ScalarProduct<kForm>(v, ToF32(g[j]));
   }
   for (int w = kParts / 2; w >= 1; w /= 2) {
     for (int l = 0; l < w; ++l) part[l] += part[l + w];

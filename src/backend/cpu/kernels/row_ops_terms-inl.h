@@ -44,17 +44,18 @@ struct Term {
 
 // The products of a term's row by its scale take Product<kForm>: the fused form (MulRounded), or from the first
 // underflow on kNoAssist (the callers' UnderflowWatch, TermsNoAssist) with the scale's BelowNormalAddend. The
-// same bits.
+// same bits. (The unit-stride walks' last columns take the same form one element at a time, TermAt<kForm>.)
 template <int kForm, typename T>
 HWY_INLINE VF TermVec(DF d, const Term<T>& t, int64_t j) {
   VF v = (t.x && t.b) ? hn::Add(LoadF32(d, t.x + j), LoadF32(d, t.b + j)) : LoadF32(d, t.x ? t.x + j : t.b + j);
   return t.scaled ? Product<kForm>(v, hn::Set(d, t.s), hn::Set(d, BelowNormalAddend(t.s))) : v;
 }
 
-template <typename T>
+// One element of a term, its product in ScalarProduct<kForm>.
+template <int kForm, typename T>
 HWY_INLINE float TermAt(const Term<T>& t, int64_t j) {
   float v = (t.x && t.b) ? ToF32(t.x[j * t.xs]) + ToF32(t.b[j * t.bs]) : ToF32(t.x ? t.x[j * t.xs] : t.b[j * t.bs]);
-  return t.scaled ? MulRoundedScalar(v, t.s) : v;
+  return t.scaled ? ScalarProduct<kForm>(v, t.s) : v;
 }
 
 // Whether a walk's products take kNoAssist: once its UnderflowWatch has seen an underflow, except on a core
@@ -73,9 +74,13 @@ HWY_INLINE void WithTermForm(bool no_assist, const Fn& fn) {
 }
 
 // Columns [0, n) of one tile: acc-or-nothing (first) plus terms[0..count), stored to dst (last) or to acc.
+// kForm is the element loop's form after the caller's watch (ScalarFormAfter: the plain multiply until an
+// underflow, which costs ordinary strided rows less than the scalar FMA); the vectors take the fused form,
+// or kNoAssist with kNoAssist (TermsNoAssist). The same bits in every form.
 template <int kForm, typename T>
 HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last, float* HWY_RESTRICT acc,
                          T* dst, int64_t dst_stride, int64_t n, bool unit) {
+  constexpr int kVecForm = kForm == kNoAssist ? kNoAssist : kFused;
   int64_t j = 0;
   if (unit) {
     const DF d;
@@ -84,11 +89,11 @@ HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last,
       VF v;
       int m = 0;
       if (first) {
-        v = count > 0 ? TermVec<kForm>(d, terms[m++], j) : hn::Zero(d);
+        v = count > 0 ? TermVec<kVecForm>(d, terms[m++], j) : hn::Zero(d);
       } else {
         v = hn::LoadU(d, acc + j);
       }
-      for (; m < count; ++m) v = hn::Add(v, TermVec<kForm>(d, terms[m], j));
+      for (; m < count; ++m) v = hn::Add(v, TermVec<kVecForm>(d, terms[m], j));
       if (last) StoreF32(d, v, dst + j);
       else hn::StoreU(v, d, acc + j);
     }
@@ -97,11 +102,11 @@ HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last,
     float v;
     int m = 0;
     if (first) {
-      v = count > 0 ? TermAt(terms[m++], j) : 0.0f;
+      v = count > 0 ? TermAt<kForm>(terms[m++], j) : 0.0f;
     } else {
       v = acc[j];
     }
-    for (; m < count; ++m) v = v + TermAt(terms[m], j);
+    for (; m < count; ++m) v = v + TermAt<kForm>(terms[m], j);
     if (last) dst[j * dst_stride] = FromF32<T>(v);
     else acc[j] = v;
   }
@@ -180,8 +185,8 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
     else StoreF32(d, v, dst + j);
   }
   for (; j < n; ++j) {
-    float v = kAccIn ? acc[j] : count > 0 ? TermAt(terms[0], j) : 0.0f;
-    for (int m = kFirst; m < count; ++m) v = v + TermAt(terms[m], j);
+    float v = kAccIn ? acc[j] : count > 0 ? TermAt<kForm>(terms[0], j) : 0.0f;
+    for (int m = kFirst; m < count; ++m) v = v + TermAt<kForm>(terms[m], j);
     if (kAccOut) acc[j] = v;
     else dst[j] = FromF32<T>(v);
   }

@@ -35,12 +35,12 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
     return;
   }
   if (p.permuted.col_stride != 1 || p.unpermuted.col_stride != 1) {
-    // Strided rows, element by element: the plain multiply, the fused form from an underflow on where the core
-    // spares it (WithScalarForm, underflow_watch.h).
+    // Strided rows, element by element: the plain multiply until an underflow, then the form the core spares
+    // (WithScalarForm, underflow_watch.h).
     UnderflowWatch watch(WatchesUnderflow<T>());
     for (int64_t t = begin; t < end; ++t) {
-      WithScalarForm(watch, [&](auto fused) {
-        SumRowsOf<T, decltype(fused)::value>(
+      WithScalarForm(watch, [&](auto form) {
+        SumRowsOf<T, decltype(form)::value>(
             count_of(t),
             [&](int64_t m, float* scale) {
               const int64_t q = q_of(t, m);
@@ -76,7 +76,7 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
           const int64_t q = q_of(t, m0 + m);
           group[m] = {p.permuted.Row<const T>(row_of_q(q)) + j0, 1, nullptr, 0, p.weights[q], true};
         }
-        WithTermForm(TermsNoAssist(watch), [&](auto form) {
+        WithScalarForm(watch, [&](auto form) {
           AddGroup<decltype(form)::value>(group, count, m0 == 0, m0 + count == c, acc, dst + j0, 1, n, true);
         });
         watch.Poll();  // a token of many terms switches within the token, not after it

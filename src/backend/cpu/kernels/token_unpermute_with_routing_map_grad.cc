@@ -57,11 +57,11 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
       watch.Poll();  // underflow_watch.h
       continue;
     }
-    // Element by element (strided rows, or a row of several pairs): the plain multiply, the fused form from an
-    // underflow on where the core spares it (WithScalarForm, underflow_watch.h).
-    WithScalarForm(watch, [&](auto fused) {
-      constexpr bool kFused = decltype(fused)::value;
-      SumRowsOf<T, kFused>(
+    // Element by element (strided rows, or a row of several pairs): the plain multiply until an underflow,
+    // then the form the core spares (WithScalarForm, underflow_watch.h).
+    WithScalarForm(watch, [&](auto form) {
+      constexpr int kForm = decltype(form)::value;
+      SumRowsOf<T, kForm>(
           count,
           [&](int64_t m, float* scale) {
             *scale = WeightOf(p, pairs[m]);
@@ -71,7 +71,7 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
       for (int64_t m = 0; m < count; ++m) {
         const T* gr = g.Row<const T>(TokenOf(p, pairs[m]));
         p.dots[pairs[m]] =
-            DotRow<kFused>(xr, x.col_stride, static_cast<const T*>(nullptr), 1, gr, g.col_stride, H);
+            DotRow<kForm>(xr, x.col_stride, static_cast<const T*>(nullptr), 1, gr, g.col_stride, H);
       }
     });
     watch.Poll();

@@ -10,8 +10,9 @@
 // gradient walks with a large bias table, the fused form: FmaFromTheStart in row_ops_scale_dot-inl.h) until
 // the underflow flag says a product has underflowed, and from then on MulNoAssist, except on a core that
 // spares the fused form (fused_spared(), FusedSparesUnderflow), where the walks go on in the fused form: the
-// same bits either way, only the speed differs. The element-by-element loops (strided rows) keep the plain
-// multiply until then and take the scalar FMA only where the core spares it (WithScalarForm, below).
+// same bits either way, only the speed differs. The element-by-element loops (strided rows, row tails) keep
+// the plain multiply until then and take the scalar FMA where the core spares it, else the scalar
+// MulNoAssistScalar (ScalarFormAfter, WithScalarForm, below).
 // Elsewhere (ARM, no MXCSR) seen() is always false.
 //
 // The caller's flags are kept: the watch clears the underflow and denormal-operand flags when it begins and,
@@ -118,15 +119,33 @@ class UnderflowWatch {
   bool seen_ = false;
 };
 
-// fn(std::true_type()) once `watch` has seen an underflow on a core that spares the fused form, else
-// fn(std::false_type()): the form of the element-by-element loops' products (ScalarProduct<kFused> in
-// row_ops-inl.h: the scalar FMA, or the plain multiply, which costs ordinary values less there).
+// How a loop takes its products, all rounded once to the same bits (row_ops-inl.h): kPlainMul the plain
+// multiply, kFused the fused multiply-add a * b + -0 (MulRounded, MulRoundedScalar: spared the slow underflow
+// path on AMD cores), kNoAssist MulNoAssist / MulNoAssistScalar (no subnormal in or out of any float multiply,
+// for cores whose fused form has the slow path too).
+enum ProductForm : int { kPlainMul = 0, kFused = 1, kNoAssist = 2 };
+
+// The form of the element-by-element loops' products after `watch` (ScalarProduct<kForm> in row_ops-inl.h):
+// the plain multiply until an underflow is seen, which costs ordinary values less there than the scalar FMA;
+// then the scalar FMA on a core that spares it (fused_spared), else MulNoAssistScalar.
+inline int ScalarFormAfter(const UnderflowWatch& watch) {
+  if (!watch.seen()) return kPlainMul;
+  return watch.fused_spared() ? kFused : kNoAssist;
+}
+
+// fn(std::integral_constant<int, kForm>()) with kForm = ScalarFormAfter(watch).
 template <typename Fn>
 inline void WithScalarForm(const UnderflowWatch& watch, const Fn& fn) {
-  if (watch.seen() && watch.fused_spared()) {
-    fn(std::true_type());
-  } else {
-    fn(std::false_type());
+  switch (ScalarFormAfter(watch)) {
+    case kFused:
+      fn(std::integral_constant<int, kFused>());
+      break;
+    case kNoAssist:
+      fn(std::integral_constant<int, kNoAssist>());
+      break;
+    default:
+      fn(std::integral_constant<int, kPlainMul>());
+      break;
   }
 }
 
