@@ -38,8 +38,9 @@ void FinalizeRoutingV2Typed(const FinalizeRoutingV2Task& p) {
   const bool whole_rows = unit && cursor_end <= kGroup;
   internal::ParallelFor(0, R, grain, [&](int64_t begin, int64_t end) {
     // The products take the fused form until an underflow is seen, then MulNoAssist, or still the fused
-    // form where the core spares it (TermsNoAssist, underflow_watch.h); the element-by-element columns
-    // (strided rows, tails) the plain multiply until then (AddGroup's form, ScalarFormAfter).
+    // form where the core spares it (TermsNoAssist in row_ops_terms-inl.h, underflow_watch.h); the
+    // element-by-element columns (strided rows, tails) the plain multiply until then (AddGroup's kForm,
+    // ScalarFormAfter).
     UnderflowWatch watch(WatchesUnderflow<T>());
     HWY_ALIGN float acc[kTile];
     Term<T> terms[kGroup];
