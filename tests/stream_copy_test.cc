@@ -45,29 +45,65 @@ void CheckCopy(size_t bytes, size_t src_offset, size_t dst_offset, const Copy& c
   }
 }
 
+constexpr CopyWalk kWalks[] = {CopyWalk::kFourPagesInStep, CopyWalk::kSequential};
+
+// Sets the yardstick's walk for one test and puts back the one before.
+class WalkScope {
+ public:
+  explicit WalkScope(CopyWalk walk) : before_(YardstickWalk()) { SetYardstickWalk(walk); }
+  ~WalkScope() { SetYardstickWalk(before_); }
+
+ private:
+  CopyWalk before_;
+};
+
 TEST(StreamCopy, EverySizeAndAlignment) {
-  // Across the vector, the four-vector step and the four-page block, and both misalignments.
-  for (size_t bytes : {size_t{0}, size_t{1}, size_t{15}, size_t{63}, size_t{64}, size_t{65}, size_t{255},
-                       size_t{4096}, size_t{16383}, size_t{16384}, size_t{16385}, size_t{3 * 16384 + 4161}}) {
-    for (size_t src_offset : {0, 1, 32, 63}) {
-      for (size_t dst_offset : {0, 1, 17, 32, 64}) {
-        CheckCopy(bytes, src_offset, dst_offset, [](uint8_t* d, const uint8_t* s, size_t n) { StreamCopy(d, s, n); });
+  // Across the vector, the four-vector step and the four-page block, and both misalignments, with each walk.
+  for (CopyWalk walk : kWalks) {
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{15}, size_t{63}, size_t{64}, size_t{65}, size_t{255},
+                         size_t{4096}, size_t{16383}, size_t{16384}, size_t{16385}, size_t{3 * 16384 + 4161}}) {
+      for (size_t src_offset : {0, 1, 32, 63}) {
+        for (size_t dst_offset : {0, 1, 17, 32, 64}) {
+          SCOPED_TRACE(CopyWalkName(walk));
+          CheckCopy(bytes, src_offset, dst_offset,
+                    [walk](uint8_t* d, const uint8_t* s, size_t n) { StreamCopy(d, s, n, walk); });
+        }
       }
     }
   }
 }
 
 TEST(ParallelCopy, StreamedAndNotEveryThreadCount) {
-  // Under kStreamCopyMinBytes memcpy, from it StreamCopy; parts of odd sizes with every team size.
-  for (size_t bytes : {size_t{1000}, kStreamCopyMinBytes - 64, kStreamCopyMinBytes, kStreamCopyMinBytes + 4097}) {
-    for (int threads : {1, 2, 3}) {
-      CheckCopy(bytes, 3, 0, [&](uint8_t* d, const uint8_t* s, size_t n) { ParallelCopy(d, s, n, threads); });
+  // Under kStreamCopyMinBytes memcpy, from it StreamCopy with the yardstick's walk; parts of odd sizes with every
+  // team size.
+  for (CopyWalk walk : kWalks) {
+    const WalkScope scope(walk);
+    for (size_t bytes : {size_t{1000}, kStreamCopyMinBytes - 64, kStreamCopyMinBytes, kStreamCopyMinBytes + 4097}) {
+      for (int threads : {1, 2, 3}) {
+        SCOPED_TRACE(CopyWalkName(walk));
+        CheckCopy(bytes, 3, 0, [&](uint8_t* d, const uint8_t* s, size_t n) { ParallelCopy(d, s, n, threads); });
+      }
     }
   }
 }
 
+TEST(ChooseCopyWalk, TakesTheFasterAndSetsIt) {
+  const WalkScope scope(CopyWalk::kFourPagesInStep);
+  const CopyWalkChoice c = ChooseCopyWalk(2, size_t{8} << 20, 3);
+  EXPECT_GT(c.in_step_bytes_per_second, 0.0);
+  EXPECT_GT(c.in_order_bytes_per_second, 0.0);
+  const CopyWalk faster = c.in_order_bytes_per_second > c.in_step_bytes_per_second ? CopyWalk::kSequential
+                                                                                   : CopyWalk::kFourPagesInStep;
+  EXPECT_EQ(c.walk, faster);
+  EXPECT_EQ(YardstickWalk(), faster);
+  EXPECT_EQ(c.chosen_bytes_per_second(),
+            faster == CopyWalk::kSequential ? c.in_order_bytes_per_second : c.in_step_bytes_per_second);
+  EXPECT_STREQ(CopyWalkName(CopyWalk::kFourPagesInStep), "four pages in step");
+  EXPECT_STREQ(CopyWalkName(CopyWalk::kSequential), "page after page");
+}
+
 // The sum of `bytes` bytes of random data at offset `offset` of an aligned buffer, as StreamRead and as
-// ParallelRead with 1-3 threads, against a plain loop. A load left out or read twice changes the sum.
+// ParallelRead with 1-3 threads, with each walk, against a plain loop. A load left out or read twice changes the sum.
 void CheckRead(size_t bytes, size_t offset) {
   const std::vector<uint8_t> data = RandomBytes(bytes + 64, static_cast<uint32_t>(bytes * 7 + offset));
   AlignedBuffer src(bytes + 64);
@@ -75,10 +111,13 @@ void CheckRead(size_t bytes, size_t offset) {
   const uint8_t* at = static_cast<const uint8_t*>(src.data) + offset;
   uint64_t want = 0;
   for (size_t i = 0; i < bytes; ++i) want += at[i];
-  EXPECT_EQ(StreamRead(at, bytes), want) << bytes << " bytes at offset " << offset;
-  for (int threads : {1, 2, 3}) {
-    EXPECT_EQ(ParallelRead(at, bytes, threads), want) << bytes << " bytes at offset " << offset << ", " << threads
-                                                      << " threads";
+  for (CopyWalk walk : kWalks) {
+    SCOPED_TRACE(CopyWalkName(walk));
+    EXPECT_EQ(StreamRead(at, bytes, walk), want) << bytes << " bytes at offset " << offset;
+    for (int threads : {1, 2, 3}) {
+      EXPECT_EQ(ParallelRead(at, bytes, threads, walk), want) << bytes << " bytes at offset " << offset << ", " << threads
+                                                        << " threads";
+    }
   }
 }
 

@@ -197,7 +197,10 @@ GOOD = [
     (["bench", "--preset", "mixtral-8x7b", "--tokens", "8", "--dtype", "f32", "--op", "permute", "--evict-mib", "16",
       "--json", "{json}"], {}, 0, None, "copy bandwidth (16 MiB copy, streaming stores"),
     (["info"], {}, 0, None, " MiB last level, as reported (bench copies "),
-    (["info"], {}, 0, None, "MiB alone, bytes read, median), "),
+    (["info"], {}, 0, None, ", the faster walk, bytes read, median), "),
+    # the yardstick copy's walk, the faster of the two on this machine, with both rates
+    (["info"], {}, 0, None, "copy walk:      "),
+    (["info"], {}, 0, None, " GB/s, the faster)"),
     (["--help"], {}, 0, "",
      "--evict-mib N         MiB in each buffer of the copy made before every timed call, 1..65536"),
     (["--help"], {}, 0, "", "--threads N             worker threads, 1..4096"),
@@ -257,6 +260,9 @@ def check_sweep(tool, json_path, svg_path):
         evictions = [r["eviction_bytes"] for r in doc["sweep"]]
         if evictions != [64 << 20, 64 << 20]:
             problems.append("%s: JSON eviction_bytes %r, expected 64 MiB at each size" % (name, evictions))
+        walks = {r.get("copy_walk") for r in doc["sweep"]}
+        if len(walks) != 1 or not walks <= {"four pages in step", "page after page"}:
+            problems.append("%s: JSON copy_walk %r, expected one of the two walks for every size" % (name, walks))
         for key in ("cold_copy_same_size_s", "warm_median_s"):
             times = [row.get(key, 0) for r in doc["sweep"] for row in r["rows"]]
             if not all(isinstance(t, float) and t > 0 for t in times):

@@ -237,7 +237,8 @@ int RunBench(const BenchOptions& o) {
 
   const int threads = NumThreads();
   std::fprintf(stderr, "moegrad bench: measuring copy bandwidth with %d threads\n", threads);
-  const double copy_bytes_per_second = CopyBandwidth(threads, eviction);
+  const CopyWalkChoice walk = ChooseCopyWalk(threads, eviction);
+  const double copy_bytes_per_second = walk.chosen_bytes_per_second();
 
   const EvictionCopy copy(eviction);
   int index = 0;
@@ -245,6 +246,7 @@ int RunBench(const BenchOptions& o) {
   for (BenchReport& report : reports) {
     report.threads = threads;
     report.copy_bytes_per_second = copy_bytes_per_second;
+    report.copy_walk = CopyWalkName(walk.walk);
     int row_index = 0;
     for (const BenchRow* row : rows) {
       for (const Precision& precision : precisions) {

@@ -33,13 +33,18 @@ int RunInfo(const InfoOptions& o) {
   std::printf("cache:          %llu MiB last level, as reported (bench copies %llu MiB before each timed call)\n",
               static_cast<unsigned long long>(llc >> 20), static_cast<unsigned long long>(eviction >> 20));
   std::fflush(stdout);
+  const CopyWalkChoice walk = ChooseCopyWalk(NumThreads(), eviction);
+  std::printf("copy walk:      %s (four pages in step %.1f GB/s, page after page %.1f GB/s, the faster)\n",
+              CopyWalkName(walk.walk), walk.in_step_bytes_per_second * 1e-9, walk.in_order_bytes_per_second * 1e-9);
+  std::fflush(stdout);
   const CopyAndRead bw = CopyAndReadBandwidth(NumThreads(), eviction);
-  std::printf("copy bandwidth: %.1f GB/s (copy of %llu MiB, streaming stores, bytes read + written, median)\n",
-              bw.copy_bytes_per_second * 1e-9, static_cast<unsigned long long>(eviction >> 20));
-  std::printf("read bandwidth: %.1f GB/s (read of the copy's %llu MiB alone, bytes read, median), "
-              "%.0f%% of the copy's\n",
+  std::printf("copy bandwidth: %.1f GB/s (copy of %llu MiB, streaming stores, %s, bytes read + written, median)\n",
+              bw.copy_bytes_per_second * 1e-9, static_cast<unsigned long long>(eviction >> 20),
+              CopyWalkName(walk.walk));
+  std::printf("read bandwidth: %.1f GB/s (read of the copy's %llu MiB alone, %s, the faster walk, bytes read, "
+              "median), %.0f%% of the copy's\n",
               bw.read_bytes_per_second * 1e-9, static_cast<unsigned long long>(eviction >> 20),
-              100.0 * bw.read_over_copy);
+              CopyWalkName(bw.read_walk), 100.0 * bw.read_over_copy);
   return 0;
 }
 

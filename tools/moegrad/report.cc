@@ -28,8 +28,8 @@ void PrintBenchTable(const BenchReport& r, FILE* out) {
   std::fprintf(out, "moegrad %s bench: %s, %s (drop-pad C=%lld), %s values, %d threads, %s\n", Version(),
                r.preset.c_str(), ShapeString(s.tokens, s.hidden, s.experts, s.topk, 0).c_str(),
                static_cast<long long>(s.capacity), r.values.c_str(), r.threads, SimdTarget());
-  std::fprintf(out, "copy bandwidth (%s copy, streaming stores, read + write): %.1f GB/s\n\n",
-               MiB(r.eviction_bytes).c_str(), r.copy_bytes_per_second * 1e-9);
+  std::fprintf(out, "copy bandwidth (%s copy, streaming stores, %s, read + write): %.1f GB/s\n\n",
+               MiB(r.eviction_bytes).c_str(), r.copy_walk.c_str(), r.copy_bytes_per_second * 1e-9);
   size_t w_op = 8, w_mode = 4, w_dtype = 5, w_shape = 5;
   for (const BenchResult& b : r.rows) {
     w_op = std::max(w_op, b.op.size());
@@ -88,12 +88,13 @@ void WriteReportObject(const BenchReport& r, FILE* f) {
   std::fprintf(f,
                "{\n  \"version\": %s,\n  \"simd_target\": %s,\n  \"threads\": %d,\n  \"preset\": %s,\n"
                "  \"values\": %s,\n  \"tokens\": %lld,\n  \"hidden\": %lld,\n  \"experts\": %lld,\n  \"topk\": %lld,\n"
-               "  \"capacity\": %lld,\n  \"copy_gbps\": %.4f,\n  \"eviction_bytes\": %llu,\n"
+               "  \"capacity\": %lld,\n  \"copy_gbps\": %.4f,\n  \"copy_walk\": %s,\n  \"eviction_bytes\": %llu,\n"
                "  \"rows\": [",
                JsonString(Version()).c_str(), JsonString(SimdTarget()).c_str(), r.threads,
                JsonString(r.preset).c_str(), JsonString(r.values).c_str(), static_cast<long long>(s.tokens), static_cast<long long>(s.hidden),
                static_cast<long long>(s.experts), static_cast<long long>(s.topk), static_cast<long long>(s.capacity),
-               r.copy_bytes_per_second * 1e-9, static_cast<unsigned long long>(r.eviction_bytes));
+               r.copy_bytes_per_second * 1e-9, JsonString(r.copy_walk).c_str(),
+               static_cast<unsigned long long>(r.eviction_bytes));
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const BenchResult& b = r.rows[i];
     const double gbps = b.seconds > 0 ? static_cast<double>(b.bytes) / b.seconds * 1e-9 : 0.0;
@@ -204,8 +205,8 @@ void PrintSweepTable(const std::vector<BenchReport>& reports, FILE* out) {
   std::fprintf(out, "moegrad %s bench sweep: %s, H=%lld E=%lld K=%lld, tokens %s, %s values, %d threads, %s\n",
                Version(), first.preset.c_str(), static_cast<long long>(s.hidden), static_cast<long long>(s.experts),
                static_cast<long long>(s.topk), sizes.c_str(), first.values.c_str(), first.threads, SimdTarget());
-  std::fprintf(out, "copy bandwidth (%s copy, streaming stores, read + write): %.1f GB/s\n",
-               MiB(first.eviction_bytes).c_str(), first.copy_bytes_per_second * 1e-9);
+  std::fprintf(out, "copy bandwidth (%s copy, streaming stores, %s, read + write): %.1f GB/s\n",
+               MiB(first.eviction_bytes).c_str(), first.copy_walk.c_str(), first.copy_bytes_per_second * 1e-9);
   for (size_t i = 0; i < first.rows.size(); ++i) {
     std::fprintf(out, "\n%s\n", RowTitle(first.rows[i]).c_str());
     std::fprintf(out, "  %8s  %6s  %11s  %8s  %7s  %11s  %11s  %11s  %11s  %11s  %11s  %s\n", "tokens", "C", "median",

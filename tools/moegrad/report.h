@@ -39,6 +39,7 @@ struct BenchReport {
   Shape shape;
   int threads = 0;
   double copy_bytes_per_second = 0.0;
+  std::string copy_walk = "four pages in step";  // CopyWalkName of the copy's walk (ChooseCopyWalk)
   uint64_t eviction_bytes = 0;  // each buffer of the copy paired with every timed call
   std::vector<BenchResult> rows;
 };

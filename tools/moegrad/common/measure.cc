@@ -172,13 +172,21 @@ void ForEachPart(size_t bytes, int threads, const Fn& fn) {
 
 }  // namespace
 
+namespace {
+CopyWalk g_walk = CopyWalk::kFourPagesInStep;
+}  // namespace
+
+CopyWalk YardstickWalk() { return g_walk; }
+void SetYardstickWalk(CopyWalk walk) { g_walk = walk; }
+
 void ParallelCopy(void* dst, const void* src, size_t bytes, int threads) {
   const bool stream = bytes >= kStreamCopyMinBytes;
+  const CopyWalk walk = g_walk;
   ForEachPart(bytes, threads, [&](size_t begin, size_t end, size_t) {
     char* d = static_cast<char*>(dst) + begin;
     const char* s = static_cast<const char*>(src) + begin;
     if (stream) {
-      StreamCopy(d, s, end - begin);
+      StreamCopy(d, s, end - begin, walk);
     } else {
       std::memcpy(d, s, end - begin);
     }
@@ -233,42 +241,64 @@ std::pair<Buffer, Buffer> CopyBuffers(size_t bytes, int threads) {
 
 }  // namespace
 
-double CopyBandwidth(int threads, size_t bytes) {
-  const auto [src, dst] = CopyBuffers(bytes, threads);
-  const double seconds = MedianSeconds([&] { ParallelCopy(dst.get(), src.get(), bytes, threads); }, 1, 5, 9, 0.3);
-  return 2.0 * static_cast<double>(bytes) / seconds;
-}
-
-uint64_t ParallelRead(const void* src, size_t bytes, int threads) {
+uint64_t ParallelRead(const void* src, size_t bytes, int threads, CopyWalk walk) {
   std::vector<uint64_t> sums(static_cast<size_t>(kMaxThreads), 0);
   ForEachPart(bytes, threads, [&](size_t begin, size_t end, size_t i) {
-    sums[i] = StreamRead(static_cast<const char*>(src) + begin, end - begin);
+    sums[i] = StreamRead(static_cast<const char*>(src) + begin, end - begin, walk);
   });
   uint64_t sum = 0;
   for (uint64_t s : sums) sum += s;
   return sum;
 }
 
+CopyWalkChoice ChooseCopyWalk(int threads, size_t bytes, int pairs) {
+  using Clock = std::chrono::steady_clock;
+  const auto [src, dst] = CopyBuffers(bytes, threads);
+  const CopyWalk walks[2] = {CopyWalk::kFourPagesInStep, CopyWalk::kSequential};
+  std::vector<double> rates[2];
+  for (int i = 0; i <= pairs; ++i) {  // the first pair warms up
+    for (int w = 0; w < 2; ++w) {
+      SetYardstickWalk(walks[w]);
+      const auto t0 = Clock::now();
+      ParallelCopy(dst.get(), src.get(), bytes, threads);
+      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (i > 0) rates[w].push_back(2.0 * static_cast<double>(bytes) / seconds);
+    }
+  }
+  CopyWalkChoice choice;
+  choice.in_step_bytes_per_second = Median(rates[0]);
+  choice.in_order_bytes_per_second = Median(rates[1]);
+  choice.walk = choice.in_order_bytes_per_second > choice.in_step_bytes_per_second ? CopyWalk::kSequential
+                                                                                   : CopyWalk::kFourPagesInStep;
+  SetYardstickWalk(choice.walk);
+  return choice;
+}
+
 CopyAndRead CopyAndReadBandwidth(int threads, size_t bytes, int pairs) {
   using Clock = std::chrono::steady_clock;
   const auto [src, dst] = CopyBuffers(bytes, threads);
-  std::vector<double> copies, reads, ratios;
+  const CopyWalk walks[2] = {CopyWalk::kFourPagesInStep, CopyWalk::kSequential};
+  std::vector<double> copies, reads[2], ratios[2];
   volatile uint64_t sink = 0;
   for (int i = 0; i <= pairs; ++i) {  // the first pair warms up
-    const auto t0 = Clock::now();
-    ParallelCopy(dst.get(), src.get(), bytes, threads);
-    const auto t1 = Clock::now();
-    sink = sink + ParallelRead(dst.get(), bytes, threads);  // streamed to memory: not in the caches
-    const auto t2 = Clock::now();
-    if (i == 0) continue;
-    copies.push_back(2.0 * static_cast<double>(bytes) / std::chrono::duration<double>(t1 - t0).count());
-    reads.push_back(static_cast<double>(bytes) / std::chrono::duration<double>(t2 - t1).count());
-    ratios.push_back(reads.back() / copies.back());
+    for (int w = 0; w < 2; ++w) {
+      const auto t0 = Clock::now();
+      ParallelCopy(dst.get(), src.get(), bytes, threads);
+      const auto t1 = Clock::now();
+      sink = sink + ParallelRead(dst.get(), bytes, threads, walks[w]);  // streamed to memory: not in the caches
+      const auto t2 = Clock::now();
+      if (i == 0) continue;
+      copies.push_back(2.0 * static_cast<double>(bytes) / std::chrono::duration<double>(t1 - t0).count());
+      reads[w].push_back(static_cast<double>(bytes) / std::chrono::duration<double>(t2 - t1).count());
+      ratios[w].push_back(reads[w].back() / copies.back());
+    }
   }
+  const int w = Median(reads[1]) > Median(reads[0]) ? 1 : 0;
   CopyAndRead r;
   r.copy_bytes_per_second = Median(copies);
-  r.read_bytes_per_second = Median(reads);
-  r.read_over_copy = Median(ratios);
+  r.read_walk = walks[w];
+  r.read_bytes_per_second = Median(reads[w]);
+  r.read_over_copy = Median(ratios[w]);
   return r;
 }
 

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "tools/moegrad/common/stream_copy.h"
+
 namespace moegrad::tool {
 
 // `bytes` bytes aligned to 64 (none when 0), freed with the buffer.
@@ -68,26 +70,43 @@ double PairedWithCopy(const std::function<void()>& fn, double fn_bytes, void* ds
 constexpr size_t kStreamCopyMinBytes = size_t{4} << 20;
 
 // A copy of `bytes` split into `threads` contiguous parts, one per thread (OpenMP), each StreamCopy from
-// kStreamCopyMinBytes in all and memcpy below; at most kMaxThreads threads and one per 64 bytes, whatever
-// `threads` is.
+// kStreamCopyMinBytes in all (with YardstickWalk()) and memcpy below; at most kMaxThreads threads and one per 64
+// bytes, whatever `threads` is.
 void ParallelCopy(void* dst, const void* src, size_t bytes, int threads);
 
-// Bytes read plus bytes written per second by a ParallelCopy of a `bytes`-sized buffer (far larger than
-// the caches) over `threads` threads, each copying one contiguous part: the median of several runs.
-double CopyBandwidth(int threads, size_t bytes = size_t{256} << 20);
+// The walk of ParallelCopy: four pages in step until SetYardstickWalk or ChooseCopyWalk sets
+// another (the process's benchmarks call ChooseCopyWalk once, before they time anything).
+CopyWalk YardstickWalk();
+void SetYardstickWalk(CopyWalk walk);
 
-// The sum of the bytes of src (mod 2^64), read by `threads` threads (StreamRead of one contiguous part each,
-// at most kMaxThreads and one per 64 bytes).
-uint64_t ParallelRead(const void* src, size_t bytes, int threads);
+// Times a ParallelCopy of `bytes` with each walk in alternation (`pairs` pairs after one to warm up), makes the
+// faster median the yardstick's walk (SetYardstickWalk) and returns both medians, read + written bytes per
+// second. The yardstick is the fastest copy the machine allows, so that "% of copy" does not flatter a kernel
+// on a machine where one walk is slow.
+struct CopyWalkChoice {
+  CopyWalk walk = CopyWalk::kFourPagesInStep;
+  double in_step_bytes_per_second = 0.0;
+  double in_order_bytes_per_second = 0.0;
+  double chosen_bytes_per_second() const {
+    return walk == CopyWalk::kFourPagesInStep ? in_step_bytes_per_second : in_order_bytes_per_second;
+  }
+};
+CopyWalkChoice ChooseCopyWalk(int threads, size_t bytes = size_t{256} << 20, int pairs = 5);
 
-// The copy and its read half alone, measured in alternation on buffers of `bytes` (a copy, a read of what it
-// just wrote, which its streaming stores left in memory, not in the caches, a copy, ...) with `threads`
-// threads: each one's median bytes per second (a copy's read + written bytes, a read's read bytes) and the
-// median over the pairs of read / copy. A kernel of which a fraction f of the bytes are reads (f = K/(K+1) for
+// The sum of the bytes of src (mod 2^64), read by `threads` threads (StreamRead of one contiguous part each with
+// `walk`, at most kMaxThreads and one per 64 bytes).
+uint64_t ParallelRead(const void* src, size_t bytes, int threads, CopyWalk walk);
+
+// The copy (with the yardstick's walk) and its read half alone, measured in alternation on buffers of `bytes` (a
+// copy, a read of what it just wrote, which its streaming stores left in memory, not in the caches, a copy, ...)
+// with `threads` threads, the reads with each walk in turn: the copy's median bytes per second (read + written
+// bytes), the faster read walk, its median bytes per second and the median over its pairs of read / copy. A
+// kernel of which a fraction f of the bytes are reads (f = K/(K+1) for
 // one that sums K rows into one) cannot run faster than about read / f, which on cores that keep few reads in
 // flight is below the copy rate.
 struct CopyAndRead {
   double copy_bytes_per_second = 0.0;
+  CopyWalk read_walk = CopyWalk::kFourPagesInStep;
   double read_bytes_per_second = 0.0;
   double read_over_copy = 0.0;
 };

@@ -35,19 +35,21 @@ HWY_INLINE size_t FourPagesInStep(size_t i, size_t bytes, size_t n, const Step& 
 }
 
 // memcpy up to the first destination address aligned to a vector, then aligned streaming stores of unaligned
-// loads, the tail by memcpy; the streamed stores are fenced before returning.
-void StreamCopyBytes(uint8_t* HWY_RESTRICT dst, const uint8_t* HWY_RESTRICT src, size_t bytes) {
+// loads (four pages in step when `in_step`, else in order), the tail by memcpy; the streamed stores are fenced
+// before returning.
+void StreamCopyBytes(uint8_t* HWY_RESTRICT dst, const uint8_t* HWY_RESTRICT src, size_t bytes, bool in_step) {
   const hn::ScalableTag<uint8_t> d;
   const size_t n = hn::Lanes(d);
   const size_t misaligned = reinterpret_cast<uintptr_t>(dst) & (n - 1);
   size_t i = std::min(bytes, misaligned ? n - misaligned : 0);
   std::memcpy(dst, src, i);
-  i = FourPagesInStep(i, bytes, n, [&](size_t at) {
+  const auto copy_pair = [&](size_t at) {
     const auto v0 = hn::LoadU(d, src + at);
     const auto v1 = hn::LoadU(d, src + at + n);
     hn::Stream(v0, d, dst + at);
     hn::Stream(v1, d, dst + at + n);
-  });
+  };
+  if (in_step) i = FourPagesInStep(i, bytes, n, copy_pair);
   for (; i + 4 * n <= bytes; i += 4 * n) {
     const auto v0 = hn::LoadU(d, src + i);
     const auto v1 = hn::LoadU(d, src + i + n);
@@ -64,17 +66,24 @@ void StreamCopyBytes(uint8_t* HWY_RESTRICT dst, const uint8_t* HWY_RESTRICT src,
 }
 
 // The sum of the bytes of src: SumsOf8 of each vector into 64-bit lanes, two accumulators, four pages in step
-// as in StreamCopyBytes; the rest vector by vector, then byte by byte.
-uint64_t StreamReadBytes(const uint8_t* HWY_RESTRICT src, size_t bytes) {
+// as in StreamCopyBytes when `in_step`, else two vectors at a time in order; the rest vector by vector, then
+// byte by byte.
+uint64_t StreamReadBytes(const uint8_t* HWY_RESTRICT src, size_t bytes, bool in_step) {
   const hn::ScalableTag<uint8_t> d;
   const hn::Repartition<uint64_t, decltype(d)> d64;
   const size_t n = hn::Lanes(d);
   auto acc0 = hn::Zero(d64);
   auto acc1 = hn::Zero(d64);
-  size_t i = FourPagesInStep(0, bytes, n, [&](size_t at) {
+  const auto read_pair = [&](size_t at) {
     acc0 = hn::Add(acc0, hn::SumsOf8(hn::LoadU(d, src + at)));
     acc1 = hn::Add(acc1, hn::SumsOf8(hn::LoadU(d, src + at + n)));
-  });
+  };
+  size_t i = 0;
+  if (in_step) {
+    i = FourPagesInStep(0, bytes, n, read_pair);
+  } else {
+    for (; i + 2 * n <= bytes; i += 2 * n) read_pair(i);
+  }
   for (; i + n <= bytes; i += n) acc0 = hn::Add(acc0, hn::SumsOf8(hn::LoadU(d, src + i)));
   uint64_t sum = hn::GetLane(hn::SumOfLanes(d64, hn::Add(acc0, acc1)));
   for (; i < bytes; ++i) sum += src[i];
@@ -90,12 +99,18 @@ namespace moegrad::tool {
 HWY_EXPORT(StreamCopyBytes);
 HWY_EXPORT(StreamReadBytes);
 
-void StreamCopy(void* dst, const void* src, size_t bytes) {
-  HWY_DYNAMIC_DISPATCH(StreamCopyBytes)(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes);
+const char* CopyWalkName(CopyWalk walk) {
+  return walk == CopyWalk::kFourPagesInStep ? "four pages in step" : "page after page";
 }
 
-uint64_t StreamRead(const void* src, size_t bytes) {
-  return HWY_DYNAMIC_DISPATCH(StreamReadBytes)(static_cast<const uint8_t*>(src), bytes);
+void StreamCopy(void* dst, const void* src, size_t bytes, CopyWalk walk) {
+  HWY_DYNAMIC_DISPATCH(StreamCopyBytes)(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes,
+                                        walk == CopyWalk::kFourPagesInStep);
+}
+
+uint64_t StreamRead(const void* src, size_t bytes, CopyWalk walk) {
+  return HWY_DYNAMIC_DISPATCH(StreamReadBytes)(static_cast<const uint8_t*>(src), bytes,
+                                               walk == CopyWalk::kFourPagesInStep);
 }
 
 }  // namespace moegrad::tool
