@@ -45,8 +45,6 @@ void CheckCopy(size_t bytes, size_t src_offset, size_t dst_offset, const Copy& c
   }
 }
 
-constexpr CopyWalk kWalks[] = {CopyWalk::kFourPagesInStep, CopyWalk::kSequential};
-
 // Sets the yardstick's walk for one test and puts back the one before.
 class WalkScope {
  public:
@@ -59,7 +57,7 @@ class WalkScope {
 
 TEST(StreamCopy, EverySizeAndAlignment) {
   // Across the vector, the four-vector step and the four-page block, and both misalignments, with each walk.
-  for (CopyWalk walk : kWalks) {
+  for (CopyWalk walk : kCopyWalks) {
     for (size_t bytes : {size_t{0}, size_t{1}, size_t{15}, size_t{63}, size_t{64}, size_t{65}, size_t{255},
                          size_t{4096}, size_t{16383}, size_t{16384}, size_t{16385}, size_t{3 * 16384 + 4161}}) {
       for (size_t src_offset : {0, 1, 32, 63}) {
@@ -76,7 +74,7 @@ TEST(StreamCopy, EverySizeAndAlignment) {
 TEST(ParallelCopy, StreamedAndNotEveryThreadCount) {
   // Under kStreamCopyMinBytes memcpy, from it StreamCopy with the yardstick's walk; parts of odd sizes with every
   // team size.
-  for (CopyWalk walk : kWalks) {
+  for (CopyWalk walk : kCopyWalks) {
     const WalkScope scope(walk);
     for (size_t bytes : {size_t{1000}, kStreamCopyMinBytes - 64, kStreamCopyMinBytes, kStreamCopyMinBytes + 4097}) {
       for (int threads : {1, 2, 3}) {
@@ -111,12 +109,12 @@ void CheckRead(size_t bytes, size_t offset) {
   const uint8_t* at = static_cast<const uint8_t*>(src.data) + offset;
   uint64_t want = 0;
   for (size_t i = 0; i < bytes; ++i) want += at[i];
-  for (CopyWalk walk : kWalks) {
+  for (CopyWalk walk : kCopyWalks) {
     SCOPED_TRACE(CopyWalkName(walk));
     EXPECT_EQ(StreamRead(at, bytes, walk), want) << bytes << " bytes at offset " << offset;
     for (int threads : {1, 2, 3}) {
-      EXPECT_EQ(ParallelRead(at, bytes, threads, walk), want) << bytes << " bytes at offset " << offset << ", " << threads
-                                                        << " threads";
+      EXPECT_EQ(ParallelRead(at, bytes, threads, walk), want)
+          << bytes << " bytes at offset " << offset << ", " << threads << " threads";
     }
   }
 }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <string>
@@ -254,11 +255,10 @@ uint64_t ParallelRead(const void* src, size_t bytes, int threads, CopyWalk walk)
 CopyWalkChoice ChooseCopyWalk(int threads, size_t bytes, int pairs) {
   using Clock = std::chrono::steady_clock;
   const auto [src, dst] = CopyBuffers(bytes, threads);
-  const CopyWalk walks[2] = {CopyWalk::kFourPagesInStep, CopyWalk::kSequential};
-  std::vector<double> rates[2];
+  std::vector<double> rates[std::size(kCopyWalks)];
   for (int i = 0; i <= pairs; ++i) {  // the first pair warms up
-    for (int w = 0; w < 2; ++w) {
-      SetYardstickWalk(walks[w]);
+    for (size_t w = 0; w < std::size(kCopyWalks); ++w) {
+      SetYardstickWalk(kCopyWalks[w]);
       const auto t0 = Clock::now();
       ParallelCopy(dst.get(), src.get(), bytes, threads);
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -277,15 +277,14 @@ CopyWalkChoice ChooseCopyWalk(int threads, size_t bytes, int pairs) {
 CopyAndRead CopyAndReadBandwidth(int threads, size_t bytes, int pairs) {
   using Clock = std::chrono::steady_clock;
   const auto [src, dst] = CopyBuffers(bytes, threads);
-  const CopyWalk walks[2] = {CopyWalk::kFourPagesInStep, CopyWalk::kSequential};
-  std::vector<double> copies, reads[2], ratios[2];
+  std::vector<double> copies, reads[std::size(kCopyWalks)], ratios[std::size(kCopyWalks)];
   volatile uint64_t sink = 0;
   for (int i = 0; i <= pairs; ++i) {  // the first pair warms up
-    for (int w = 0; w < 2; ++w) {
+    for (size_t w = 0; w < std::size(kCopyWalks); ++w) {
       const auto t0 = Clock::now();
       ParallelCopy(dst.get(), src.get(), bytes, threads);
       const auto t1 = Clock::now();
-      sink = sink + ParallelRead(dst.get(), bytes, threads, walks[w]);  // streamed to memory: not in the caches
+      sink = sink + ParallelRead(dst.get(), bytes, threads, kCopyWalks[w]);  // streamed to memory: not in the caches
       const auto t2 = Clock::now();
       if (i == 0) continue;
       copies.push_back(2.0 * static_cast<double>(bytes) / std::chrono::duration<double>(t1 - t0).count());
@@ -296,7 +295,7 @@ CopyAndRead CopyAndReadBandwidth(int threads, size_t bytes, int pairs) {
   const int w = Median(reads[1]) > Median(reads[0]) ? 1 : 0;
   CopyAndRead r;
   r.copy_bytes_per_second = Median(copies);
-  r.read_walk = walks[w];
+  r.read_walk = kCopyWalks[w];
   r.read_bytes_per_second = Median(reads[w]);
   r.read_over_copy = Median(ratios[w]);
   return r;

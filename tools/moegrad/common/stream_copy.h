@@ -14,6 +14,9 @@ namespace moegrad::tool {
 // measure.h).
 enum class CopyWalk { kFourPagesInStep, kSequential };
 
+// Every walk, in the order the benchmarks time them.
+inline constexpr CopyWalk kCopyWalks[] = {CopyWalk::kFourPagesInStep, CopyWalk::kSequential};
+
 // "four pages in step" or "page after page".
 const char* CopyWalkName(CopyWalk walk);
 
