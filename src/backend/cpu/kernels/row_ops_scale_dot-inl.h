@@ -162,10 +162,17 @@ HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int
 // dropless rows with bias went from 80-94% of copy to 92-98% on an AMD Zen 5 guest (four alternated runs),
 // the combine gradient +0..+4; on Qwen3-30B-A3B's shorter rows both gradients +1..+10 in every row (three
 // runs). Each pair's products and dot are its own, so the grouping changes no bit.
+// A step is 256 bytes of every row, but 64 for 16-bit rows on targets of fewer than 16 fp32 lanes (AVX2): there a
+// step of 128 elements is 16 vectors of gradY and 16 of a pair's row, against 16 vector registers, and the
+// spills made the walk compute-bound on an AMD EPYC Zen 1 guest (AVX2): DeepSeek-V3 bf16 finalize gradient
+// 39% -> 46-47% of copy dropless and 54% -> 62% drop-and-pad, the combine gradient's 16-bit rows +1..+22, in
+// three alternated runs; f32 rows (8 vectors a step) lost 5-11 points with 64-byte steps and keep 256. The
+// step changes no bit: each partial sum still takes its columns in ascending order.
 constexpr int64_t kTokenGroup = 4;
 template <typename T>
 constexpr int64_t TokenStep() {
-  return 256 / static_cast<int64_t>(sizeof(T));
+  constexpr bool kNarrow = sizeof(T) == 2 && hn::MaxLanes(DF()) < 16;
+  return (kNarrow ? 64 : 256) / static_cast<int64_t>(sizeof(T));
 }
 // How far ahead of the loads the rows of a token are prefetched.
 constexpr int64_t kTokenPrefetchBytes = 1024;
