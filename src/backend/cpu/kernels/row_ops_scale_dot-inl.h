@@ -154,8 +154,8 @@ HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int
 }
 
 // --- all pairs of a token at once --------------------------------------------------------------------------
-// One token's pairs (at most kTokenGroup) walk their rows together, kTokenStep columns (256 bytes of every
-// row) at a time: about a dozen rows stream from memory at once instead of one, which is what keeps a core's
+// One token's pairs (at most kTokenGroup) walk their rows together, TokenStep() columns (256 bytes of every
+// row, or 64: below) at a time: about a dozen rows stream from memory at once instead of one, which is what keeps a core's
 // memory pipeline full when the rows lie at random addresses (a row at a time leaves the hardware prefetchers
 // starting over on every 4 KiB page of every row). Groups of 4 pairs rather than 8 (a DeepSeek-V3 token's 8
 // pairs as two walks, its gradient row read again from the caches by the second): the finalize gradient's
@@ -204,7 +204,7 @@ HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
   for (size_t i = 0; i < TokenStepVecs<T>(); i += 2) LoadPair(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
 }
 
-// One 256-byte step of one pair, gv the step's gradY columns (cgv their BelowNormalAddend and kgv their
+// One step (TokenStep) of one pair, gv the step's gradY columns (cgv their BelowNormalAddend and kgv their
 // BF16GridAddend, read only by kNoAssist, whose products take one test per step: MulNoAssistN,
 // PutScaleNoAssistN): the dot's 16 partial sums acc take (x + b) * g
 // column block by column block (x, b as present), then out = rne(g * s); all loads of the step come before
