@@ -154,20 +154,21 @@ HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int
 }
 
 // --- all pairs of a token at once --------------------------------------------------------------------------
-// One token's pairs (at most kTokenGroup) walk their rows together, TokenStep() columns (256 bytes of every
-// row, or 64: below) at a time: about a dozen rows stream from memory at once instead of one, which is what keeps a core's
-// memory pipeline full when the rows lie at random addresses (a row at a time leaves the hardware prefetchers
-// starting over on every 4 KiB page of every row). Groups of 4 pairs rather than 8 (a DeepSeek-V3 token's 8
-// pairs as two walks, its gradient row read again from the caches by the second): the finalize gradient's
-// dropless rows with bias went from 80-94% of copy to 92-98% on an AMD Zen 5 guest (four alternated runs),
-// the combine gradient +0..+4; on Qwen3-30B-A3B's shorter rows both gradients +1..+10 in every row (three
+// One token's pairs (at most kTokenGroup) walk their rows together, TokenStep() columns at a time (256 bytes of
+// every row, or 64: below): about a dozen rows stream from memory at once instead of one, which is what keeps a
+// core's memory pipeline full when the rows lie at random addresses (a row at a time leaves the hardware
+// prefetchers starting over on every 4 KiB page of every row). Groups of 4 pairs rather than 8 (a DeepSeek-V3
+// token's 8 pairs as two walks, its gradient row read again from the caches by the second): the finalize
+// gradient's dropless rows with bias went from 80-94% of copy to 92-98% on an AMD Zen 5 guest (four alternated
+// runs), the combine gradient +0..+4; on Qwen3-30B-A3B's shorter rows both gradients +1..+10 in every row (three
 // runs). Each pair's products and dot are its own, so the grouping changes no bit.
-// A step is 256 bytes of every row, but 64 for 16-bit rows on targets of fewer than 16 fp32 lanes (AVX2): there a
-// step of 128 elements is 16 vectors of gradY and 16 of a pair's row, against 16 vector registers, and the
-// spills made the walk compute-bound on an AMD EPYC Zen 1 guest (AVX2): DeepSeek-V3 bf16 finalize gradient
-// 39% -> 46-47% of copy dropless and 54% -> 62% drop-and-pad, the combine gradient's 16-bit rows +1..+22, in
-// three alternated runs; f32 rows (8 vectors a step) lost 5-11 points with 64-byte steps and keep 256. The
-// step changes no bit: each partial sum still takes its columns in ascending order.
+// A step is 256 bytes of every row, but 64 for 16-bit rows on targets of fewer than 16 fp32 lanes (AVX2): there
+// a 256-byte step is 16 vectors of gradY and 16 of a pair's row, against 16 vector registers, and the spills
+// made the walk compute-bound on an AMD EPYC Zen 1 guest (three alternated runs): DeepSeek-V3's bf16 finalize
+// gradient 39% -> 46-47% of copy dropless and 54% -> 62% drop-and-pad, the two gradients' 16-bit rows +1..+22
+// on DeepSeek-V3 and +6..+20 on Mixtral-8x7B, -8..+4 on Qwen3-30B-A3B's 4 KiB rows. f32 rows (8 vectors a step)
+// lost 5-11 points with 64-byte steps and keep 256. The step changes no bit: each partial sum still takes its
+// columns in ascending order.
 constexpr int64_t kTokenGroup = 4;
 template <typename T>
 constexpr int64_t TokenStep() {
