@@ -65,19 +65,21 @@ inline float Widen(float v) { return v; }
 inline float Widen(hwy::bfloat16_t v) { return F32FromBF16Bits(v.bits); }
 inline float Widen(hwy::float16_t v) { return F32FromF16Bits(v.bits); }
 
+// What a store of the fp32 result f writes: f rounded to T, to nearest even, and a NaN as the one NaN of
+// arithmetic results (x86's default NaN: 0xFFC00000, bf16 0xFFC0, fp16 0xFE00), whatever f's sign and payload.
 template <typename T>
 T Narrow(float f);
 template <>
 inline float Narrow<float>(float f) {
-  return f;
+  return std::isnan(f) ? F32FromBits(0xFFC00000u) : f;
 }
 template <>
 inline hwy::bfloat16_t Narrow<hwy::bfloat16_t>(float f) {
-  return FromBits<hwy::bfloat16_t>(BF16BitsFromF32(f));
+  return FromBits<hwy::bfloat16_t>(std::isnan(f) ? 0xFFC0u : BF16BitsFromF32(f));
 }
 template <>
 inline hwy::float16_t Narrow<hwy::float16_t>(float f) {
-  return FromBits<hwy::float16_t>(F16BitsFromF32(f));
+  return FromBits<hwy::float16_t>(std::isnan(f) ? 0xFE00u : F16BitsFromF32(f));
 }
 
 template <typename T>

@@ -54,6 +54,62 @@ TEST(SpecialValues, InfNaNSignedZeroSubnormalAgreeWithReferenceInEveryOperator) 
   RandomCasesAgree(tool::SpecialValues::kAll, 600, 16001);
 }
 
+// Outputs that only move elements keep their NaNs' bits: every output of MoeInitRoutingV2 and
+// MoeTokenPermuteWithRoutingMap, the probsGrad of MoeTokenPermuteWithRoutingMapGrad (a copy when dropless) and
+// the permuteProbs of MoeTokenUnpermuteWithRoutingMap.
+bool CopiesElements(const std::string& op, const std::string& output) {
+  return op == "MoeInitRoutingV2" || op == "MoeTokenPermuteWithRoutingMap" ||
+         (op == "MoeTokenPermuteWithRoutingMapGrad" && output.find("robs") != std::string::npos) ||
+         (op == "MoeTokenUnpermuteWithRoutingMap" && output == "permuteProbs");
+}
+
+// NaNs with every sign and payload among the inputs, with tiny values whose products underflow (so that a walk
+// changes its product form, underflow_watch.h, wherever its share of the work has one): every output is the
+// same bytes, NaNs included, for 1, 2 and 3 threads and on every SIMD target, and every NaN of an arithmetic
+// result is the one NaN (0xFFC00000, bf16 0xFFC0, fp16 0xFE00; docs/guarantees.md section 5).
+TEST(SpecialValues, EveryNaNHasTheSameBitsForEveryThreadCountAndTarget) {
+  std::vector<std::vector<std::vector<uint8_t>>> first;  // per case, per output
+  size_t run = 0;
+  int nan_outputs = 0;
+  ForEachThreadCountAndSimdTarget([&](int threads) {
+    std::mt19937_64 rng(16003);
+    size_t index = 0;
+    for (const tool::CheckOp& op : tool::CheckOps()) {
+      for (int n = 0; n < 40 && !::testing::Test::HasFailure(); ++n, ++index) {
+        tool::CheckCase k = op.random_case_with(rng, tool::SpecialValues::kAll);
+        tool::Problem& p = *k.problem;
+        const std::vector<std::vector<uint8_t>> before = tool::SnapshotOutputs(p);
+        ASSERT_EQ(tool::VerifyRun(p, p.Call(), before), "") << k.description;
+        const std::vector<std::vector<uint8_t>> after = tool::SnapshotOutputs(p);
+        for (size_t i = 0; i < after.size(); ++i) {
+          const tool::HostTensor& out = *p.outputs()[i].actual;
+          const std::string& name = p.outputs()[i].name;
+          if (!p.outputs()[i].written) continue;  // an optional output the call leaves as it was
+          if (!CopiesElements(op.op, name)) {
+            EXPECT_EQ(out.OtherNaNs(), 0) << op.op << " " << name << ", " << k.description;
+          }
+          const DType t = out.dtype();
+          if (run == 0 && (t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16)) {
+            for (int64_t e = 0; e < out.numel(); ++e) nan_outputs += std::isnan(out.GetF(e)) ? 1 : 0;
+          }
+        }
+        if (run == 0) {
+          first.push_back(after);
+        } else {
+          ASSERT_LT(index, first.size());
+          for (size_t i = 0; i < after.size(); ++i) {
+            EXPECT_TRUE(after[i] == first[index][i])
+                << op.op << " " << p.outputs()[i].name << " differs with " << threads << " threads, "
+                << k.description;
+          }
+        }
+      }
+    }
+    ++run;
+  });
+  EXPECT_GT(nan_outputs, 1000);  // the cases do produce NaNs
+}
+
 TEST(SpecialValues, SignedZeroAndSubnormalAgreeWithReferenceInEveryOperator) {
   RandomCasesAgree(tool::SpecialValues::kFinite, 300, 16002);
 }

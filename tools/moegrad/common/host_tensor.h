@@ -81,9 +81,9 @@ class HostTensor {
 
   std::vector<uint8_t> Snapshot() const;
   bool SameBytes(const std::vector<uint8_t>& snapshot) const;
-  // SameBytes, except that an element that is a NaN in both may differ in its sign and payload (which are not
-  // part of the contract): which elements are NaN and every bit of every other element agree.
-  bool SameBitsButNaNs(const std::vector<uint8_t>& snapshot) const;
+  // How many elements of the view are NaNs with other bits than the one NaN of the library's arithmetic
+  // results (0xFFC00000, bf16 0xFFC0, fp16 0xFE00: docs/guarantees.md section 5); 0 for other dtypes.
+  int64_t OtherNaNs() const;
   // True when no storage byte outside the view's elements differs from `snapshot`.
   bool OutsideViewUnchanged(const std::vector<uint8_t>& snapshot) const;
 

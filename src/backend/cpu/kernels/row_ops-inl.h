@@ -307,20 +307,42 @@ HWY_INLINE float ToF32(float v) { return v; }
 HWY_INLINE float ToF32(hwy::bfloat16_t v) { return F32FromBF16Bits(v.bits); }
 HWY_INLINE float ToF32(hwy::float16_t v) { return F32FromF16Bits(v.bits); }
 
+// --- the one NaN of arithmetic results ---------------------------------------------------------------------
+// Every NaN that arithmetic writes to an output has these bits: x86's default NaN (sign and quiet bit set, no
+// payload), the NaN its own invalid operations (0 * Inf, Inf - Inf) give. Which NaN a sum or product of NaNs
+// gives depends on the order of the operands in the instruction, which the compiler may swap, and which
+// differs between SIMD targets and between a loop's product forms (underflow_watch.h), so without this a
+// NaN's sign could depend on the thread count. Every store of an arithmetic result (FromF32, StoreF32,
+// StreamF32, PutPair, PutPairLanes) writes it in place of any NaN; the bf16 stores for free, where the rounding
+// already treats NaNs apart, the f32 and f16 stores with a compare and a select. Rows copied without
+// arithmetic (MoeInitRoutingV2, MoeTokenPermuteWithRoutingMap) keep their NaNs' bits.
+constexpr uint32_t kNaNBitsF32 = 0xFFC00000u;
+constexpr uint16_t kNaNBitsBF16 = 0xFFC0u;
+constexpr uint16_t kNaNBitsF16 = 0xFE00u;
+
+// v with every NaN lane replaced by kNaNBitsF32.
+HWY_INLINE VF OneNaN(VF v) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  return hn::IfThenElse(hn::IsNaN(v), hn::BitCast(d, hn::Set(du, kNaNBitsF32)), v);
+}
+
 template <typename T>
 HWY_INLINE T FromF32(float v);
 template <>
-HWY_INLINE float FromF32<float>(float v) { return v; }
+HWY_INLINE float FromF32<float>(float v) {
+  return std::isnan(v) ? F32FromBits(kNaNBitsF32) : v;
+}
 template <>
 HWY_INLINE hwy::bfloat16_t FromF32<hwy::bfloat16_t>(float v) {
   hwy::bfloat16_t r;
-  r.bits = BF16BitsFromF32(v);
+  r.bits = std::isnan(v) ? kNaNBitsBF16 : BF16BitsFromF32(v);
   return r;
 }
 template <>
 HWY_INLINE hwy::float16_t FromF32<hwy::float16_t>(float v) {
   hwy::float16_t r;
-  r.bits = F16BitsFromF32(v);
+  r.bits = std::isnan(v) ? kNaNBitsF16 : F16BitsFromF32(v);
   return r;
 }
 
@@ -339,7 +361,7 @@ HWY_INLINE void StoreWeight(const FlatView& v, int64_t i, DType w, float value) 
   switch (w) {
     case DType::kFloat16: v.At<hwy::float16_t>(i) = FromF32<hwy::float16_t>(value); return;
     case DType::kBFloat16: v.At<hwy::bfloat16_t>(i) = FromF32<hwy::bfloat16_t>(value); return;
-    default: v.At<float>(i) = value; return;
+    default: v.At<float>(i) = FromF32<float>(value); return;
   }
 }
 
@@ -388,9 +410,9 @@ HWY_INLINE VF LoadF32(DF d, const hwy::float16_t* p) {
 #endif
 }
 
-HWY_INLINE void StoreF32(DF d, VF v, float* p) { hn::StoreU(v, d, p); }
-// The bf16 bit patterns of v, rounded to nearest even. (Highway 1.0.3 demotes f32 to bf16 by truncation;
-// round by hand, keeping NaNs quiet.)
+HWY_INLINE void StoreF32(DF d, VF v, float* p) { hn::StoreU(OneNaN(v), d, p); }
+// The bf16 bit patterns of v, rounded to nearest even, a NaN as kNaNBitsBF16. (Highway 1.0.3 demotes f32 to
+// bf16 by truncation; round by hand.)
 HWY_INLINE hn::Vec<hn::Rebind<uint16_t, DF>> BF16BitsRNE(VF v) {
   const hn::RebindToUnsigned<DF> du;
   const hn::RebindToSigned<DF> di;
@@ -400,7 +422,7 @@ HWY_INLINE hn::Vec<hn::Rebind<uint16_t, DF>> BF16BitsRNE(VF v) {
   const auto rounded = hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), lsb));
   const auto magnitude = hn::BitCast(di, hn::And(u, hn::Set(du, 0x7fffffffu)));
   const auto is_nan = hn::RebindMask(du, hn::Gt(magnitude, hn::Set(di, 0x7f800000)));
-  const auto bits = hn::IfThenElse(is_nan, hn::Or(u, hn::Set(du, 0x00400000u)), rounded);
+  const auto bits = hn::IfThenElse(is_nan, hn::Set(du, kNaNBitsF32), rounded);
   const auto high = hn::BitCast(di, hn::ShiftRight<16>(bits));  // in [0, 65535]: the demotion is exact
   return hn::DemoteTo(du16, high);
 }
@@ -413,13 +435,13 @@ HWY_INLINE void StoreF32(DF d, VF v, hwy::float16_t* p) {
   // AVX2 and up convert with F16C (vcvtps2ph), which rounds to nearest even.
   (void)d;
   const hn::Rebind<hwy::float16_t, DF> dh;
-  hn::StoreU(hn::DemoteTo(dh, v), dh, p);
+  hn::StoreU(hn::DemoteTo(dh, OneNaN(v)), dh, p);
 #else
   // Elsewhere Highway 1.0.3 emulates the demotion by truncation (and without overflow to infinity): round
   // each lane with the scalar conversion instead.
   HWY_ALIGN float lanes[hn::MaxLanes(DF())];
   hn::Store(v, d, lanes);
-  for (size_t i = 0; i < hn::Lanes(d); ++i) p[i].bits = F16BitsFromF32(lanes[i]);
+  for (size_t i = 0; i < hn::Lanes(d); ++i) p[i] = FromF32<hwy::float16_t>(lanes[i]);
 #endif
 }
 

@@ -43,15 +43,15 @@ HWY_INLINE void LoadBF16x32(const hwy::bfloat16_t* p, __m512* lo, __m512* hi) {
 }
 
 // v rounded to bf16 as BF16BitsRNE does, the result in the upper 16 bits of each lane; four instructions
-// instead of six: v's bits + 0x7fff, plus one where the lowest kept bit is set, then vfixupimmps puts back a
-// NaN, quieted (its response table answers a quiet NaN with itself, a signalling one with itself quieted, and
-// every other class with the rounded bits).
+// instead of six: v's bits + 0x7fff, plus one where the lowest kept bit is set, then vfixupimmps puts in
+// kNaNBitsF32 for a NaN (its response table answers a quiet or signalling NaN with the default NaN, QNaN
+// Indefinite, and every other class with the rounded bits).
 HWY_INLINE __m512i RoundToBF16High(__m512 v) {
   const __m512i u = _mm512_castps_si512(v);
   const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
   const __m512i up = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
   const __m512i rounded = _mm512_mask_add_epi32(up, odd, up, _mm512_set1_epi32(1));
-  return _mm512_castps_si512(_mm512_fixupimm_ps(_mm512_castsi512_ps(rounded), v, _mm512_set1_epi32(0x21), 0));
+  return _mm512_castps_si512(_mm512_fixupimm_ps(_mm512_castsi512_ps(rounded), v, _mm512_set1_epi32(0x33), 0));
 }
 
 // 32 bf16 to p, as one cache line.
@@ -95,9 +95,8 @@ HWY_INLINE __m256i RoundToBF16Low(__m256 v) {
   const __m256i u = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
   const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
-  const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  return _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
+  return _mm256_srli_epi32(_mm256_blendv_epi8(rounded, _mm256_set1_epi32(static_cast<int>(kNaNBitsF32)), nan), 16);
 }
 
 // Stores rne(v0) and rne(v1), in LoadBF16x16's lane order, as 16 bf16 at p.
@@ -169,8 +168,8 @@ HWY_INLINE void LoadPairPartials<hwy::bfloat16_t>(const float* part, VF* acc) {
 template <bool kStream>
 HWY_INLINE void PutPair(VF v0, VF v1, hwy::float16_t* p) {
   constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-  const __m256i packed =
-      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtps_ph(v0.raw, kRne)), _mm256_cvtps_ph(v1.raw, kRne), 1);
+  const __m256i packed = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_cvtps_ph(OneNaN(v0).raw, kRne)),
+                                                 _mm256_cvtps_ph(OneNaN(v1).raw, kRne), 1);
   if (kStream) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), packed);
   else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
 }

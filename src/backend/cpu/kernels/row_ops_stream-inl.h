@@ -43,7 +43,7 @@ HWY_INLINE bool StreamAligned(const T* dst) {
 }
 
 // StoreF32 with a non-temporal store; p aligned to the stored vector, CanStream<T>().
-HWY_INLINE void StreamF32(DF d, VF v, float* p) { hn::Stream(v, d, p); }
+HWY_INLINE void StreamF32(DF d, VF v, float* p) { hn::Stream(OneNaN(v), d, p); }
 HWY_INLINE void StreamF32(DF /*d*/, VF v, hwy::bfloat16_t* p) {
   const hn::Rebind<uint16_t, DF> du16;
   hn::Stream(BF16BitsRNE(v), du16, reinterpret_cast<uint16_t*>(p));
@@ -52,7 +52,7 @@ HWY_INLINE void StreamF32(DF d, VF v, hwy::float16_t* p) {
 #if MOEGRAD_ROW_OPS_F16C
   (void)d;
   const hn::Rebind<hwy::float16_t, DF> dh;
-  hn::Stream(hn::DemoteTo(dh, v), dh, p);
+  hn::Stream(hn::DemoteTo(dh, OneNaN(v)), dh, p);
 #else
   StoreF32(d, v, p);
 #endif
