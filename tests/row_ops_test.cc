@@ -684,8 +684,13 @@ HWY_NOINLINE void TestScaleDotToken() {
     std::mt19937 rng(31);
     std::vector<int64_t> lengths = rt::Lengths();
     lengths.push_back(3 * TokenStep<T>() + 5);
+    lengths.push_back(3 * TokenStep<T>(true) + 5);
+    // Both steps (TokenStep(short_step)), whichever this core takes (ShortTokenStep).
+    for (int xb = 0; xb < 2; ++xb)
     for (int64_t n : lengths) {
-      const int64_t end = n / TokenStep<T>() * TokenStep<T>();
+      const bool short_step = xb != 0;
+      const int64_t step = TokenStep<T>(short_step);
+      const int64_t end = n / step * step;
       for (int64_t count : {int64_t{1}, int64_t{3}, kTokenGroup}) {
         for (int scaled = 0; scaled < 2; ++scaled) {   // with scales (dots), without (copies only)
           for (int aligned = 0; aligned < 2; ++aligned) {  // outs start a cache line (streaming possible)
@@ -733,17 +738,17 @@ HWY_NOINLINE void TestScaleDotToken() {
               // there is a second, on ordinary values never; to kNoAssist, or to kFused on a core that spares the
               // fused form (the watch told so on every other case, whatever this core is). The others walk in
               // two parts, split at a step boundary: the second goes on from the first's partial sums.
-              const int64_t steps = end / TokenStep<T>();
-              const int64_t split = (form % (steps + 1)) * TokenStep<T>();
+              const int64_t steps = end / step;
+              const int64_t split = (form % (steps + 1)) * step;
               auto walk = [&](auto dot) {
                 constexpr bool kD = decltype(dot)::value;
                 if (product != kNoAssist && !stream) {
                   const bool spared = aligned != 0;
                   UnderflowWatch watch(WatchesUnderflow<T>(), spared);
                   const int got = ScaleDotTokenWatched<T, kD>(streamed, watch, product == kFused, g.row(), gn, pairs,
-                                                              count, end, n, part);
+                                                              count, end, n, part, short_step);
                   const bool switches = MOEGRAD_UNDERFLOW_WATCH_MXCSR && WatchesUnderflow<T>() && kD &&
-                                        values == 1 && end > TokenStep<T>();
+                                        values == 1 && end > step;
                   if (values != 2) {
                     EXPECT_EQ(got, switches ? (spared ? kFused : kNoAssist) : product)
                         << At<T>("ScaleDotTokenWatched", n) << (spared ? " spared" : "");
@@ -751,9 +756,11 @@ HWY_NOINLINE void TestScaleDotToken() {
                   return got;
                 }
                 const int64_t reached =
-                    ScaleDotTokenAny<T, kD>(streamed, product, g.row(), gn, pairs, count, 0, split, n, part, nullptr);
+                    ScaleDotTokenAny<T, kD>(streamed, product, g.row(), gn, pairs, count, 0, split, n, part, nullptr,
+                                            short_step);
                 EXPECT_EQ(reached, split) << At<T>("ScaleDotToken, first part", n);
-                ScaleDotTokenAny<T, kD>(streamed, product, g.row(), gn, pairs, count, split, end, n, part, nullptr);
+                ScaleDotTokenAny<T, kD>(streamed, product, g.row(), gn, pairs, count, split, end, n, part, nullptr,
+                                        short_step);
                 return product;
               };
               const int tail_form = scaled ? walk(std::true_type()) : walk(std::false_type());
@@ -768,7 +775,8 @@ HWY_NOINLINE void TestScaleDotToken() {
                                          (scaled ? " scaled" : "") + (aligned ? " aligned" : "") +
                                          (stream ? " stream" : "") +
                                          (product == 1 ? " fma" : product == 2 ? " no-assist" : "") +
-                                         (values == 1 ? " tiny" : values == 2 ? " mixed" : "");
+                                         (values == 1 ? " tiny" : values == 2 ? " mixed" : "") +
+                                         " step " + std::to_string(step);
                 if (scaled) {
                   const float got = ScaleRowDot<T>(q, pairs[m].s, stream, n, end, part[m], tail_form);
                   const float want = rt::RefDot(q.x, 1, q.b, 1, q.g, 1, n);
@@ -1101,6 +1109,17 @@ TEST(RowOpsTargets, ListsTheTargetsTested) {
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) names += std::string(" ") + hwy::TargetName(target);
   std::fprintf(stderr, "row_ops_test: targets tested:%s\n", names.c_str());
   EXPECT_FALSE(names.empty());
+}
+
+// 256-byte steps for the 16-bit token walks without bias on AMD's Zen 3 and later only: not on Zen 1 and 2
+// (family 0x17), on Hygon's (0x18), on Intel's, or on an unknown CPU.
+TEST(TokenStepRule, WideStepsOnAmdFrom19hOnly) {
+  EXPECT_TRUE(WideTokenStepsOn("AuthenticAMD", 0x19));
+  EXPECT_TRUE(WideTokenStepsOn("AuthenticAMD", 0x1A));
+  EXPECT_FALSE(WideTokenStepsOn("AuthenticAMD", 0x17));
+  EXPECT_FALSE(WideTokenStepsOn("HygonGenuine", 0x18));
+  EXPECT_FALSE(WideTokenStepsOn("GenuineIntel", 6));
+  EXPECT_FALSE(WideTokenStepsOn("", 0));
 }
 
 // The vendors whose cores keep the fused form after an underflow: AMD's and Hygon's; Intel's, any other, and a

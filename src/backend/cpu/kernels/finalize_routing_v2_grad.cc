@@ -82,7 +82,9 @@ void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t 
   const int64_t K = p.topk;
   const bool has_scales = p.scales.data != nullptr;
   const bool has_bias = p.bias.data != nullptr;
-  const int64_t end = H / TokenStep<T>() * TokenStep<T>();
+  // With bias the pairs read expandedX and bias rows: the short step (TokenStep).
+  const bool short_step = ShortTokenStep(has_scales && has_bias);
+  const int64_t end = H / TokenStep<T>(short_step) * TokenStep<T>(short_step);
   auto rows_of = [&](int64_t i, TokenPairRows<T>* q) {
     const int64_t v = p.row_idx.At<const int32_t>(i);
     const bool written = v >= 0 && v < p.rows;
@@ -129,8 +131,10 @@ void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t 
     const bool st = stream && aligned;
     const bool fused = fma_from_start;
     const int form = has_scales
-                         ? ScaleDotTokenWatched<T, true>(st, watch, fused, g, g_next, pairs, count, end, H, part)
-                         : ScaleDotTokenWatched<T, false>(st, watch, fused, g, g_next, pairs, count, end, H, part);
+                         ? ScaleDotTokenWatched<T, true>(st, watch, fused, g, g_next, pairs, count, end, H, part,
+                                                         short_step)
+                         : ScaleDotTokenWatched<T, false>(st, watch, fused, g, g_next, pairs, count, end, H, part,
+                                                          short_step);
     // Columns [end, H), and the dots summed up.
     for (int64_t m = 0; m < count; ++m) {
       ScaleDotRows<T> q;

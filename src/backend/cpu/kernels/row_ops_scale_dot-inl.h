@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "hwy/highway.h"
+#include "src/backend/cpu/kernels/cpu_id.h"
 #include "src/backend/cpu/kernels/row_ops-inl.h"
 #include "src/backend/cpu/kernels/row_ops_pair-inl.h"
 #include "src/backend/cpu/kernels/row_ops_stream-inl.h"
@@ -162,18 +163,31 @@ HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int
 // gradient's dropless rows with bias went from 80-94% of copy to 92-98% on an AMD Zen 5 guest (four alternated
 // runs), the combine gradient +0..+4; on Qwen3-30B-A3B's shorter rows both gradients +1..+10 in every row (three
 // runs). Each pair's products and dot are its own, so the grouping changes no bit.
-// A step is 256 bytes of every row, but 64 for 16-bit rows on targets of fewer than 16 fp32 lanes (AVX2): there
-// a 256-byte step is 16 vectors of gradY and 16 of a pair's row, against 16 vector registers, and the spills
-// made the walk compute-bound on an AMD EPYC Zen 1 guest (three alternated runs): DeepSeek-V3's bf16 finalize
-// gradient 39% -> 46-47% of copy dropless and 54% -> 62% drop-and-pad, the two gradients' 16-bit rows +1..+22
-// on DeepSeek-V3 and +6..+20 on Mixtral-8x7B, -8..+4 on Qwen3-30B-A3B's 4 KiB rows. f32 rows (8 vectors a step)
-// lost 5-11 points with 64-byte steps and keep 256. The step changes no bit: each partial sum still takes its
-// columns in ascending order.
+// A step is 256 bytes of every row, or 64 (the short step) for 16-bit rows on targets of fewer than 16 fp32
+// lanes where the caller asks for it (ShortTokenStep) or the target has fewer than 8 lanes: a 256-byte step is
+// 16 vectors of gradY and 16 of a pair's row there (32 with 4 lanes), plus the bias row's, against 16 vector
+// registers. On an AMD EPYC Zen 1 guest (three alternated runs) the short step for every 16-bit walk on AVX2
+// took DeepSeek-V3's bf16 finalize gradient from 39% of copy to 46-47% dropless and 54% to 62% drop-and-pad,
+// and on AVX2 code on an Intel Xeon ten of twelve 16-bit gradient rows gained 2-16 points. On an AMD EPYC Zen 3
+// guest it held the walks without bias at 16-40% (the load of each step's first row waits; Qwen3-30B-A3B's 4
+// KiB rows the most), and 256-byte steps gave, in three alternated runs each, the bf16 combine gradient
+// +17..+38 points (DeepSeek-V3, Qwen3), fp16 +32..+36 (Qwen3), the finalize gradient drop-and-pad +29..+34,
+// while the finalize gradient's dropless rows with bias lost 9-26 points (DeepSeek-V3, Mixtral-8x7B). So a
+// walk takes the short step where its pairs read both x and b, or on a core other than AMD's Zen 3 and later
+// (WideTokenStepsOn in cpu_id.h). f32 rows (8 vectors a step) lost 5-11 points with 64-byte steps and keep 256. The step
+// changes no bit: each partial sum still takes its columns in ascending order.
 constexpr int64_t kTokenGroup = 4;
 template <typename T>
-constexpr int64_t TokenStep() {
-  constexpr bool kNarrow = sizeof(T) == 2 && hn::MaxLanes(DF()) < 16;
-  return (kNarrow ? 64 : 256) / static_cast<int64_t>(sizeof(T));
+constexpr int64_t TokenStep(bool short_step = false) {
+  constexpr size_t kLanes = hn::MaxLanes(DF());
+  const bool narrow = sizeof(T) == 2 && kLanes < 16 && (short_step || kLanes < 8);
+  return (narrow ? 64 : 256) / static_cast<int64_t>(sizeof(T));
+}
+// Whether a 16-bit walk takes the short step on this CPU (TokenStep's short_step); x_and_b: its pairs read both
+// x and b rows.
+HWY_INLINE bool ShortTokenStep(bool x_and_b) {
+  static const bool wide = WideTokenStepsOn(ThisCpu().vendor, ThisCpu().family);
+  return x_and_b || !wide;
 }
 // How far ahead of the loads the rows of a token are prefetched.
 constexpr int64_t kTokenPrefetchBytes = 1024;
@@ -193,16 +207,17 @@ struct TokenPairRows {
 };
 
 // The gradY columns of one step as fp32 vectors, converted once for all pairs of the token.
-template <typename T>
+template <typename T, bool kShort>
 constexpr size_t TokenStepVecs() {
-  return static_cast<size_t>(TokenStep<T>()) / hn::MaxLanes(DF());
+  return static_cast<size_t>(TokenStep<T>(kShort)) / hn::MaxLanes(DF());
 }
 
-template <typename T>
+template <typename T, bool kShort>
 HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
-  static_assert(TokenStepVecs<T>() % 2 == 0, "a step is a whole number of vector pairs");
-  for (size_t i = 0; i < TokenStepVecs<T>(); i += 2) LoadPair(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
+  constexpr size_t kVecs = TokenStepVecs<T, kShort>();
+  static_assert(kVecs % 2 == 0, "a step is a whole number of vector pairs");
+  for (size_t i = 0; i < kVecs; i += 2) LoadPair(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
 }
 
 // One step (TokenStep) of one pair, gv the step's gradY columns (cgv their BelowNormalAddend and kgv their
@@ -212,10 +227,10 @@ HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
 // its stores (rows of different pairs often share their address bits below 4 KiB, and a load behind a store
 // to such an address waits for it). Rows move two vectors at a time (LoadPair, PutPair: whole cache lines of
 // bf16 on AVX-512).
-template <bool kStream, bool kDot, int kForm, typename T>
+template <bool kStream, bool kDot, int kForm, bool kShort, typename T>
 HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const VF* kgv, const TokenPairRows<T>& p, int64_t j,
                               VF* acc) {
-  constexpr size_t kSteps = TokenStepVecs<T>();
+  constexpr size_t kSteps = TokenStepVecs<T, kShort>();
   constexpr size_t kVecs = 16 / hn::MaxLanes(DF());
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
   const DF d;
@@ -254,7 +269,8 @@ HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const VF* kgv, const 
 }
 
 // For the `count` (<= kTokenGroup) pairs of one token with gradY row g (unit-stride rows of n elements),
-// columns [begin, end) with begin and end multiples of TokenStep<T>(): out = rne(g * s) for each pair with out,
+// columns [begin, end) with begin and end multiples of TokenStep<T>(kShort) (kShort: the short step where
+// TokenStep has one): out = rne(g * s) for each pair with out,
 // and with kDot the 16 partial sums part[m] of pair m take (x + b) * g exactly as ScaleRowDotUnit's do (from
 // zero at begin = 0, else from part[m] as a walk that stopped at begin left them: the same sums in the same
 // order), ready for ScaleRowDot to finish from `end`. g_next is the next token's gradY row (or null); both it
@@ -263,11 +279,12 @@ HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const VF* kgv, const 
 // stops there if it has seen an underflow, so that the caller goes on in FormAfter's form: a token's products that
 // underflow take the slow path of the multiply for one step, not for the whole walk. Returns the column the
 // walk reached (end, unless it stopped).
-template <typename T, bool kStream, bool kDot, int kForm>
+template <typename T, bool kStream, bool kDot, int kForm, bool kShort>
 HWY_NOINLINE int64_t ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, const TokenPairRows<T>* pairs,
                                    int64_t count, int64_t begin, int64_t end, int64_t n, float (*part)[16],
                                    UnderflowWatch* probe) {
-  constexpr int64_t kStep = TokenStep<T>();
+  constexpr int64_t kStep = TokenStep<T>(kShort);
+  constexpr size_t kStepVecs = TokenStepVecs<T, kShort>();
   constexpr int64_t kAhead = kTokenPrefetchBytes / static_cast<int64_t>(sizeof(T));
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   constexpr size_t kLanes = hn::MaxLanes(DF());
@@ -290,11 +307,11 @@ HWY_NOINLINE int64_t ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, con
         if (pairs[m].prefetch_b) PrefetchAhead(pairs[m].b, pairs[m].b_next, o, n);
       }
     }
-    VF gv[TokenStepVecs<T>()];
-    LoadTokenStep(g, j, gv);
-    VF cgv[TokenStepVecs<T>()];
-    VF kgv[TokenStepVecs<T>()];
-    for (size_t i = 0; i < TokenStepVecs<T>(); ++i) {
+    VF gv[kStepVecs];
+    LoadTokenStep<T, kShort>(g, j, gv);
+    VF cgv[kStepVecs];
+    VF kgv[kStepVecs];
+    for (size_t i = 0; i < kStepVecs; ++i) {
       cgv[i] = kForm == kNoAssist ? BelowNormalAddend(gv[i]) : gv[i];
 #if MOEGRAD_ROW_OPS_BF16_GRID
       kgv[i] = kForm == kNoAssist && hwy::IsSame<T, hwy::bfloat16_t>() ? BF16GridAddend(gv[i]) : gv[i];
@@ -302,7 +319,7 @@ HWY_NOINLINE int64_t ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, con
       kgv[i] = gv[i];
 #endif
     }
-    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot, kForm>(gv, cgv, kgv, pairs[m], j, acc[m]);
+    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot, kForm, kShort>(gv, cgv, kgv, pairs[m], j, acc[m]);
     j += kStep;
     if (kForm != kNoAssist && probe != nullptr && j == begin + kStep) {
       probe->Poll();
@@ -315,30 +332,39 @@ HWY_NOINLINE int64_t ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, con
   return j;
 }
 
-// ScaleDotToken with its stores streamed when `stream` (every out StreamAligned) and its products in `form`
-// (ProductForm; fp16 loops always take the plain multiply).
-template <typename T, bool kDot>
-HWY_INLINE int64_t ScaleDotTokenAny(bool stream, int form, const T* HWY_RESTRICT g, const T* g_next,
-                                    const TokenPairRows<T>* pairs, int64_t count, int64_t begin, int64_t end,
-                                    int64_t n, float (*part)[16], UnderflowWatch* probe) {
+// ScaleDotToken with its stores streamed when `stream` (every out StreamAligned), its products in `form`
+// (ProductForm; fp16 loops always take the plain multiply) and its step TokenStep<T>(short_step).
+template <typename T, bool kDot, bool kShort>
+HWY_INLINE int64_t ScaleDotTokenStep(bool stream, int form, const T* HWY_RESTRICT g, const T* g_next,
+                                     const TokenPairRows<T>* pairs, int64_t count, int64_t begin, int64_t end,
+                                     int64_t n, float (*part)[16], UnderflowWatch* probe) {
   constexpr bool kCan = CanStream<T>();
   if (!WatchesUnderflow<T>()) form = kPlainMul;
   if (kCan && stream) {
     if (form == kNoAssist) {
-      return ScaleDotToken<T, kCan, kDot, kNoAssist>(g, g_next, pairs, count, begin, end, n, part, probe);
+      return ScaleDotToken<T, kCan, kDot, kNoAssist, kShort>(g, g_next, pairs, count, begin, end, n, part, probe);
     }
     if (form == kFused) {
-      return ScaleDotToken<T, kCan, kDot, kFused>(g, g_next, pairs, count, begin, end, n, part, probe);
+      return ScaleDotToken<T, kCan, kDot, kFused, kShort>(g, g_next, pairs, count, begin, end, n, part, probe);
     }
-    return ScaleDotToken<T, kCan, kDot, kPlainMul>(g, g_next, pairs, count, begin, end, n, part, probe);
+    return ScaleDotToken<T, kCan, kDot, kPlainMul, kShort>(g, g_next, pairs, count, begin, end, n, part, probe);
   }
   if (form == kNoAssist) {
-    return ScaleDotToken<T, false, kDot, kNoAssist>(g, g_next, pairs, count, begin, end, n, part, probe);
+    return ScaleDotToken<T, false, kDot, kNoAssist, kShort>(g, g_next, pairs, count, begin, end, n, part, probe);
   }
   if (form == kFused) {
-    return ScaleDotToken<T, false, kDot, kFused>(g, g_next, pairs, count, begin, end, n, part, probe);
+    return ScaleDotToken<T, false, kDot, kFused, kShort>(g, g_next, pairs, count, begin, end, n, part, probe);
   }
-  return ScaleDotToken<T, false, kDot, kPlainMul>(g, g_next, pairs, count, begin, end, n, part, probe);
+  return ScaleDotToken<T, false, kDot, kPlainMul, kShort>(g, g_next, pairs, count, begin, end, n, part, probe);
+}
+template <typename T, bool kDot>
+HWY_INLINE int64_t ScaleDotTokenAny(bool stream, int form, const T* HWY_RESTRICT g, const T* g_next,
+                                    const TokenPairRows<T>* pairs, int64_t count, int64_t begin, int64_t end,
+                                    int64_t n, float (*part)[16], UnderflowWatch* probe, bool short_step = false) {
+  if (short_step && TokenStep<T>(true) != TokenStep<T>(false)) {
+    return ScaleDotTokenStep<T, kDot, true>(stream, form, g, g_next, pairs, count, begin, end, n, part, probe);
+  }
+  return ScaleDotTokenStep<T, kDot, false>(stream, form, g, g_next, pairs, count, begin, end, n, part, probe);
 }
 
 // The token walk of ScaleDotTokenAny over columns [0, end) as the callers take it, with the form of its products
@@ -348,15 +374,16 @@ HWY_INLINE int64_t ScaleDotTokenAny(bool stream, int form, const T* HWY_RESTRICT
 template <typename T, bool kDot>
 HWY_INLINE int ScaleDotTokenWatched(bool stream, UnderflowWatch& watch, bool fused, const T* HWY_RESTRICT g,
                                     const T* g_next, const TokenPairRows<T>* pairs, int64_t count, int64_t end,
-                                    int64_t n, float (*part)[16]) {
+                                    int64_t n, float (*part)[16], bool short_step = false) {
   const int form = FormAfter(watch, fused);
   // Probed only while an underflow would change the form.
   const bool changes = !watch.seen() && !(fused && watch.fused_spared());
   UnderflowWatch* probe = changes ? &watch : nullptr;
-  const int64_t reached = ScaleDotTokenAny<T, kDot>(stream, form, g, g_next, pairs, count, 0, end, n, part, probe);
+  const int64_t reached =
+      ScaleDotTokenAny<T, kDot>(stream, form, g, g_next, pairs, count, 0, end, n, part, probe, short_step);
   if (reached == end) return form;
   const int after = FormAfter(watch, fused);
-  ScaleDotTokenAny<T, kDot>(stream, after, g, g_next, pairs, count, reached, end, n, part, nullptr);
+  ScaleDotTokenAny<T, kDot>(stream, after, g, g_next, pairs, count, reached, end, n, part, nullptr, short_step);
   return after;
 }
 

@@ -87,7 +87,8 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
 template <typename T>
 void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool stream) {
   const int64_t H = p.hidden;
-  const int64_t end = H / TokenStep<T>() * TokenStep<T>();
+  const bool short_step = ShortTokenStep(false);
+  const int64_t end = H / TokenStep<T>(short_step) * TokenStep<T>(short_step);
   auto first = [&p](int64_t t) { return p.drop_and_pad ? p.token_offsets[t] : t * p.topk; };
   auto pair_at = [&p](int64_t s) { return p.drop_and_pad ? p.token_pairs[s] : s; };
   struct Group {
@@ -131,7 +132,8 @@ void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool st
       aligned = aligned && StreamAligned(q[m].out);
     }
     const bool st = stream && aligned;
-    const int form = ScaleDotTokenWatched<T, true>(st, watch, false, gr, g_next, q, g.count, end, H, part);
+    const int form = ScaleDotTokenWatched<T, true>(st, watch, false, gr, g_next, q, g.count, end, H, part,
+                                                  short_step);
     for (int64_t m = 0; m < g.count; ++m) {
       ScaleDotRows<T> r;
       r.g = gr;

@@ -21,7 +21,6 @@
 #ifndef MOEGRAD_BACKEND_CPU_KERNELS_UNDERFLOW_WATCH_H_
 #define MOEGRAD_BACKEND_CPU_KERNELS_UNDERFLOW_WATCH_H_
 
-#include <cstring>
 #include <string_view>
 #include <type_traits>
 
@@ -31,12 +30,8 @@
 #else
 #define MOEGRAD_UNDERFLOW_WATCH_MXCSR 0
 #endif
-#if MOEGRAD_UNDERFLOW_WATCH_MXCSR && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
-#define MOEGRAD_UNDERFLOW_WATCH_CPUID 1
-#else
-#define MOEGRAD_UNDERFLOW_WATCH_CPUID 0
-#endif
+
+#include "src/backend/cpu/kernels/cpu_id.h"
 
 namespace moegrad::kernels {
 
@@ -54,19 +49,7 @@ inline bool FusedSparesUnderflowOn(std::string_view vendor) {
 // MulNoAssist and at 0.97-1.00 with the fused form, and Qwen3-30B-A3B's combine bf16 rows at 0.87-0.91 and
 // 0.99-1.00 (docs/performance.md, "The fused form after an underflow on AMD cores").
 inline bool FusedSparesUnderflow() {
-  static const bool spared = [] {
-#if MOEGRAD_UNDERFLOW_WATCH_CPUID
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
-    char vendor[12];  // leaf 0: the vendor in EBX, EDX, ECX
-    std::memcpy(vendor, &ebx, 4);
-    std::memcpy(vendor + 4, &edx, 4);
-    std::memcpy(vendor + 8, &ecx, 4);
-    return FusedSparesUnderflowOn(std::string_view(vendor, sizeof(vendor)));
-#else
-    return false;
-#endif
-  }();
+  static const bool spared = MOEGRAD_UNDERFLOW_WATCH_MXCSR != 0 && FusedSparesUnderflowOn(ThisCpu().vendor);
   return spared;
 }
 
