@@ -314,8 +314,9 @@ HWY_INLINE float ToF32(hwy::float16_t v) { return F32FromF16Bits(v.bits); }
 // differs between SIMD targets and between a loop's product forms (underflow_watch.h), so without this a
 // NaN's sign could depend on the thread count. Every store of an arithmetic result (FromF32, StoreF32,
 // StreamF32, PutPair, PutPairLanes) writes it in place of any NaN; the bf16 stores for free, where the rounding
-// already treats NaNs apart, the f32 and f16 stores with a compare and a select. Rows copied without
-// arithmetic (MoeInitRoutingV2, MoeTokenPermuteWithRoutingMap) keep their NaNs' bits.
+// already treats NaNs apart, the f32 and f16 stores with a compare and a select. Elements copied without
+// arithmetic (MoeInitRoutingV2, MoeTokenPermuteWithRoutingMap, the dropless probsGrad of its gradient, the
+// permuteProbs of MoeTokenUnpermuteWithRoutingMap) keep their NaNs' bits.
 constexpr uint32_t kNaNBitsF32 = 0xFFC00000u;
 constexpr uint16_t kNaNBitsBF16 = 0xFFC0u;
 constexpr uint16_t kNaNBitsF16 = 0xFE00u;

@@ -174,8 +174,8 @@ HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int
 // +17..+38 points (DeepSeek-V3, Qwen3), fp16 +32..+36 (Qwen3), the finalize gradient drop-and-pad +29..+34,
 // while the finalize gradient's dropless rows with bias lost 9-26 points (DeepSeek-V3, Mixtral-8x7B). So a
 // walk takes the short step where its pairs read both x and b, or on a core other than AMD's Zen 3 and later
-// (WideTokenStepsOn in cpu_id.h). f32 rows (8 vectors a step) lost 5-11 points with 64-byte steps and keep 256. The step
-// changes no bit: each partial sum still takes its columns in ascending order.
+// (WideTokenStepsOn in cpu_id.h). f32 rows (8 vectors a step) lost 5-11 points with 64-byte steps and keep
+// 256. The step changes no bit: each partial sum still takes its columns in ascending order.
 constexpr int64_t kTokenGroup = 4;
 template <typename T>
 constexpr int64_t TokenStep(bool short_step = false) {
