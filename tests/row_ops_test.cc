@@ -1111,7 +1111,7 @@ TEST(RowOpsTargets, ListsTheTargetsTested) {
   EXPECT_FALSE(names.empty());
 }
 
-// 256-byte steps for the 16-bit token walks without bias on AMD's Zen 3 and later only: not on Zen 1 and 2
+// 128-byte steps for the 16-bit token walks on AVX2 on AMD's Zen 3 and later only: not on Zen 1 and 2
 // (family 0x17), on Hygon's (0x18), on Intel's, or on an unknown CPU.
 TEST(TokenStepRule, WideStepsOnAmdFrom19hOnly) {
   EXPECT_TRUE(WideTokenStepsOn("AuthenticAMD", 0x19));

@@ -39,9 +39,9 @@ inline const CpuId& ThisCpu() {
   return id;
 }
 
-// Whether the 16-bit token walks of targets with 8 fp32 lanes (AVX2) take 256-byte steps when their pairs do
-// not read both x and b rows, on a core of this CPUID vendor and family: AMD's family 0x19 (Zen 3, Zen 4) and
-// later; elsewhere 64-byte steps (TokenStep in row_ops_scale_dot-inl.h, where the measurements are).
+// Whether the 16-bit token walks of targets with 8 fp32 lanes (AVX2) take 128-byte steps on a core of this
+// CPUID vendor and family: AMD's family 0x19 (Zen 3, Zen 4) and later; elsewhere 64-byte steps (TokenStep in
+// row_ops_scale_dot-inl.h, where the measurements are).
 inline bool WideTokenStepsOn(const std::string& vendor, unsigned family) {
   return vendor == "AuthenticAMD" && family >= 0x19;
 }

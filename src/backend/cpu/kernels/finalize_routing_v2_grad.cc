@@ -82,8 +82,7 @@ void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t 
   const int64_t K = p.topk;
   const bool has_scales = p.scales.data != nullptr;
   const bool has_bias = p.bias.data != nullptr;
-  // With bias the pairs read expandedX and bias rows: the short step (TokenStep).
-  const bool short_step = ShortTokenStep(has_scales && has_bias);
+  const bool short_step = ShortTokenStep();
   const int64_t end = H / TokenStep<T>(short_step) * TokenStep<T>(short_step);
   auto rows_of = [&](int64_t i, TokenPairRows<T>* q) {
     const int64_t v = p.row_idx.At<const int32_t>(i);

@@ -163,31 +163,31 @@ HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int
 // gradient's dropless rows with bias went from 80-94% of copy to 92-98% on an AMD Zen 5 guest (four alternated
 // runs), the combine gradient +0..+4; on Qwen3-30B-A3B's shorter rows both gradients +1..+10 in every row (three
 // runs). Each pair's products and dot are its own, so the grouping changes no bit.
-// A step is 256 bytes of every row, or 64 (the short step) for 16-bit rows on targets of fewer than 16 fp32
-// lanes where the caller asks for it (ShortTokenStep) or the target has fewer than 8 lanes: a 256-byte step is
-// 16 vectors of gradY and 16 of a pair's row there (32 with 4 lanes), plus the bias row's, against 16 vector
-// registers. On an AMD EPYC Zen 1 guest (three alternated runs) the short step for every 16-bit walk on AVX2
-// took DeepSeek-V3's bf16 finalize gradient from 39% of copy to 46-47% dropless and 54% to 62% drop-and-pad,
-// and on AVX2 code on an Intel Xeon ten of twelve 16-bit gradient rows gained 2-16 points. On an AMD EPYC Zen 3
-// guest it held the walks without bias at 16-40% (the load of each step's first row waits; Qwen3-30B-A3B's 4
-// KiB rows the most), and 256-byte steps gave, in three alternated runs each, the bf16 combine gradient
-// +17..+38 points (DeepSeek-V3, Qwen3), fp16 +32..+36 (Qwen3), the finalize gradient drop-and-pad +29..+34,
-// while the finalize gradient's dropless rows with bias lost 9-26 points (DeepSeek-V3, Mixtral-8x7B). So a
-// walk takes the short step where its pairs read both x and b, or on a core other than AMD's Zen 3 and later
-// (WideTokenStepsOn in cpu_id.h). f32 rows (8 vectors a step) lost 5-11 points with 64-byte steps and keep
+// A step is 256 bytes of every row, but 128 for 16-bit rows on targets of fewer than 16 fp32 lanes (AVX2: 8
+// vectors of fp32 lanes, as f32's 256 bytes are), or 64 there (the short step) where the caller asks for it
+// (ShortTokenStep) or the target has fewer than 8 lanes: a 256-byte step of 16-bit rows is 16 vectors of gradY
+// and 16 of a pair's row on AVX2, plus the bias row's, against 16 vector registers. On an AMD EPYC Zen 1 guest
+// (three alternated runs) the short step for every 16-bit walk on AVX2 took DeepSeek-V3's bf16 finalize gradient
+// from 39% of copy to 46-47% dropless and 54% to 62% drop-and-pad, and on AVX2 code on an Intel Xeon ten of
+// twelve 16-bit gradient rows gained 2-16 points. On an AMD EPYC Zen 3 guest it held the walks at 16-43% (the
+// load of each step's first row waits; Qwen3-30B-A3B's 4 KiB rows the most): 256-byte steps gave the walks
+// without bias +17..+38 points but cost the finalize gradient's dropless rows with bias 9-26 (their registers
+// spill), and 128-byte steps, three alternated runs each, gave those rows with bias +20..+38 in fp16 and
+// bf16+f32 (DeepSeek-V3, Qwen3, Mixtral-8x7B), bf16 +1..+8, and the walks without bias the same as 256 bytes
+// (-6..+12). So a 16-bit walk on AVX2 takes 128-byte steps on AMD's Zen 3 and later, 64-byte steps on other
+// cores (WideTokenStepsOn in cpu_id.h). f32 rows (8 vectors a step) lost 5-11 points with 64-byte steps and keep
 // 256. The step changes no bit: each partial sum still takes its columns in ascending order.
 constexpr int64_t kTokenGroup = 4;
 template <typename T>
 constexpr int64_t TokenStep(bool short_step = false) {
   constexpr size_t kLanes = hn::MaxLanes(DF());
-  const bool narrow = sizeof(T) == 2 && kLanes < 16 && (short_step || kLanes < 8);
-  return (narrow ? 64 : 256) / static_cast<int64_t>(sizeof(T));
+  if (sizeof(T) == 2 && kLanes < 16) return (short_step || kLanes < 8 ? 64 : 128) / 2;
+  return 256 / static_cast<int64_t>(sizeof(T));
 }
-// Whether a 16-bit walk takes the short step on this CPU (TokenStep's short_step); x_and_b: its pairs read both
-// x and b rows.
-HWY_INLINE bool ShortTokenStep(bool x_and_b) {
+// Whether the 16-bit walks take the short step on this CPU (TokenStep's short_step).
+HWY_INLINE bool ShortTokenStep() {
   static const bool wide = WideTokenStepsOn(ThisCpu().vendor, ThisCpu().family);
-  return x_and_b || !wide;
+  return !wide;
 }
 // How far ahead of the loads the rows of a token are prefetched.
 constexpr int64_t kTokenPrefetchBytes = 1024;

@@ -87,7 +87,7 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
 template <typename T>
 void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool stream) {
   const int64_t H = p.hidden;
-  const bool short_step = ShortTokenStep(false);
+  const bool short_step = ShortTokenStep();
   const int64_t end = H / TokenStep<T>(short_step) * TokenStep<T>(short_step);
   auto first = [&p](int64_t t) { return p.drop_and_pad ? p.token_offsets[t] : t * p.topk; };
   auto pair_at = [&p](int64_t s) { return p.drop_and_pad ? p.token_pairs[s] : s; };
