@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -29,11 +30,11 @@ namespace moegrad::kernels::HWY_NAMESPACE {
 constexpr int64_t kGatherPrefetchBytes = 1024;
 
 // dst = rne(rows[0] + rows[1] + ... + rows[count - 1]) for unit-stride rows, count >= 1, summed left to right:
-// SumRowsOf with every scale 1 (a multiplication by 1 is exact, and the compiler drops it there too). Two
-// vectors per step, so that each step reads whole cache lines of 16-bit rows. Each row is prefetched ahead of
-// the loads, and near its end so is the same row of the next call's next_rows[0..next_count).
-// With kAccIn the sums start from the fp32 row acc (acc + rows[0] + ...), with kAccOut they go to acc, not to
-// dst: SumRowPtrsSplit's groups; acc holds them in the walk's own element order, which only these calls read.
+// SumRowsOf with every scale 1 (a multiplication by 1 is exact, and the compiler drops it there too). Two vectors per
+// step (four for 16-bit rows on AVX2), so that each step reads whole cache lines of 16-bit rows. Each row is
+// prefetched ahead of the loads, and near its end so is the same row of the next call's next_rows[0..next_count).
+// With kAccIn the sums start from the fp32 row acc (acc + rows[0] + ...), with kAccOut they go to acc, not to dst:
+// SumRowPtrsSplit's groups; acc holds them in the walk's own element order, which only these calls read.
 template <typename T, bool kStream, bool kAccIn = false, bool kAccOut = false>
 HWY_NOINLINE void SumRowPtrsUnit(int64_t count, const T* const* rows, int64_t next_count, const T* const* next_rows,
                                  T* HWY_RESTRICT dst, int64_t n, float* HWY_RESTRICT acc = nullptr) {
@@ -42,31 +43,38 @@ HWY_NOINLINE void SumRowPtrsUnit(int64_t count, const T* const* rows, int64_t ne
   constexpr int64_t kAhead = kGatherPrefetchBytes / static_cast<int64_t>(sizeof(T));
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   const T* r0 = rows[0];
-  int64_t j = 0;
-  for (; j + 2 * kL <= n; j += 2 * kL) {
-    for (int64_t m = 0; m < count; ++m) {
-      const T* next = m < next_count ? next_rows[m] : nullptr;
-      for (int64_t o = 0; o < 2 * kL; o += kLine) PrefetchAhead(rows[m], next, j + kAhead + o, n);
-    }
-    VF a0, a1;
-    LoadPairLanes(r0 + j, &a0, &a1);
-    if (kAccIn) {
-      a0 = hn::Add(hn::LoadU(d, acc + j), a0);
-      a1 = hn::Add(hn::LoadU(d, acc + j + kL), a1);
+  constexpr int kPairs = PairsPerLine<T>();
+  // kP vector pairs of every row from column j, summed and stored.
+  auto step = [&](auto pairs, int64_t j) HWY_ATTR {
+    constexpr int kP = decltype(pairs)::value;
+    VF a[2 * kP];
+    for (int q = 0; q < kP; ++q) {
+      const int64_t o = j + 2 * kL * q;
+      LoadPairLanes(r0 + o, &a[2 * q], &a[2 * q + 1]);
+      if (kAccIn) {
+        a[2 * q] = hn::Add(hn::LoadU(d, acc + o), a[2 * q]);
+        a[2 * q + 1] = hn::Add(hn::LoadU(d, acc + o + kL), a[2 * q + 1]);
+      }
     }
     for (int64_t m = 1; m < count; ++m) {
-      VF v0, v1;
-      LoadPairLanes(rows[m] + j, &v0, &v1);
-      a0 = hn::Add(a0, v0);
-      a1 = hn::Add(a1, v1);
+      for (int q = 0; q < kP; ++q) {
+        VF v0, v1;
+        LoadPairLanes(rows[m] + j + 2 * kL * q, &v0, &v1);
+        a[2 * q] = hn::Add(a[2 * q], v0);
+        a[2 * q + 1] = hn::Add(a[2 * q + 1], v1);
+      }
     }
-    if (kAccOut) {
-      hn::StoreU(a0, d, acc + j);
-      hn::StoreU(a1, d, acc + j + kL);
-    } else {
-      PutPairLanes<kStream>(a0, a1, dst + j);
+    StorePairsLanes<kStream, kAccOut, kP>(a, dst + j, kAccOut ? acc + j : nullptr);
+  };
+  int64_t j = 0;
+  for (; j + 2 * kL * kPairs <= n; j += 2 * kL * kPairs) {
+    for (int64_t m = 0; m < count; ++m) {
+      const T* next = m < next_count ? next_rows[m] : nullptr;
+      for (int64_t o = 0; o < 2 * kL * kPairs; o += kLine) PrefetchAhead(rows[m], next, j + kAhead + o, n);
     }
+    step(std::integral_constant<int, kPairs>(), j);
   }
+  for (; kPairs > 1 && j + 2 * kL <= n; j += 2 * kL) step(std::integral_constant<int, 1>(), j);
   for (; j + kL <= n; j += kL) {
     VF v = LoadF32(d, r0 + j);
     if (kAccIn) v = hn::Add(hn::LoadU(d, acc + j), v);

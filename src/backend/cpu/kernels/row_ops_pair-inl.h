@@ -261,6 +261,31 @@ HWY_INLINE void PutPairLanes(VF even, VF odd, hwy::bfloat16_t* p) {
 }
 #endif
 
+// Vector pairs per step of a walk that reads every row two vectors at a time, so that a step takes a whole cache
+// line of every row: two pairs for 16-bit rows on AVX2 (two or four on SSE4), one on AVX-512 and for f32 on AVX2.
+template <typename T>
+constexpr int PairsPerLine() {
+  constexpr size_t kPair = 2 * hn::MaxLanes(DF()) * sizeof(T);
+  return kPair < 64 ? static_cast<int>(64 / kPair) : 1;
+}
+
+// Stores the kP vector pairs a[0..2 kP) of consecutive columns, each pair in LoadPairLanes' element order: as
+// they are to the fp32 row acc with kAccOut (a walk's running sums, which only the walk reads back), else as T
+// to dst (PutPairLanes, streamed with kStream).
+template <bool kStream, bool kAccOut, int kP, typename T>
+HWY_INLINE void StorePairsLanes(const VF* a, T* dst, float* acc) {
+  const DF d;
+  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+  for (int q = 0; q < kP; ++q) {
+    if (kAccOut) {
+      hn::StoreU(a[2 * q], d, acc + 2 * kL * q);
+      hn::StoreU(a[2 * q + 1], d, acc + 2 * kL * q + kL);
+    } else {
+      PutPairLanes<kStream>(a[2 * q], a[2 * q + 1], dst + 2 * kL * q);
+    }
+  }
+}
+
 }  // namespace moegrad::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

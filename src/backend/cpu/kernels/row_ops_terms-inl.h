@@ -112,7 +112,7 @@ HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last,
   }
 }
 
-// Two vectors of term t from column j (a cache line of 16-bit rows), in LoadPairLanes' element order.
+// Two vectors of term t from column j (a cache line of 16-bit rows on AVX-512), in LoadPairLanes' element order.
 template <int kForm, typename T>
 HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
   LoadPairLanes(t.x ? t.x + j : t.b + j, v0, v1);
@@ -130,12 +130,12 @@ HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
   }
 }
 
-// A whole unit-stride row of n columns from at most kGroup terms (pointers at column 0), all terms read side
-// by side, two vectors per step, and stored once (streaming with kStream): the same additions per element,
-// in the same order, as AddGroup over the tiles. A row of more terms goes in groups through an fp32 row `acc`
-// of n floats: the first group with kAccOut (its sums to acc), the middle ones with kAccIn and kAccOut, the last
-// with kAccIn (acc plus its terms, to dst); acc holds the sums in the walk's own element order, which only
-// these calls read.
+// A whole unit-stride row of n columns from at most kGroup terms (pointers at column 0), all terms read side by
+// side, two vectors per step (four for 16-bit rows on AVX2: a whole cache line), and stored once (streaming with
+// kStream): the same additions per element, in the same order, as AddGroup over the tiles. A row of more terms
+// goes in groups through an fp32 row `acc` of n floats: the first group with kAccOut (its sums to acc), the
+// middle ones with kAccIn and kAccOut, the last with kAccIn (acc plus its terms, to dst); acc holds the sums in
+// the walk's own element order, which only these calls read.
 // kForm is the form of the products (TermVec): kFused, or kNoAssist once the caller's UnderflowWatch has seen
 // an underflow on a core whose fused form has the slow path (TermsNoAssist); the same bits either way.
 // Each term's row x (the rows from memory: expandedX, x1, x2; bias rows are left to the caches) is prefetched
@@ -151,33 +151,42 @@ HWY_NOINLINE void SumTermsUnit(const Term<T>* terms, int count, const Term<T>* n
   constexpr int64_t kAhead = kTermPrefetchBytes / static_cast<int64_t>(sizeof(T));
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   constexpr int kFirst = kAccIn ? 0 : 1;  // the first term added to the running sums
+  constexpr int kPairs = PairsPerLine<T>();
+  // kP vector pairs of every term from column j, summed and stored.
+  auto step = [&](auto pairs, int64_t j) HWY_ATTR {
+    constexpr int kP = decltype(pairs)::value;
+    VF a[2 * kP];
+    for (int q = 0; q < kP; ++q) {
+      const int64_t o = j + 2 * kL * q;
+      if (kAccIn) {
+        a[2 * q] = hn::LoadU(d, acc + o);
+        a[2 * q + 1] = hn::LoadU(d, acc + o + kL);
+      } else if (count > 0) {
+        TermPair<kForm>(terms[0], o, &a[2 * q], &a[2 * q + 1]);
+      } else {
+        a[2 * q] = a[2 * q + 1] = hn::Zero(d);
+      }
+    }
+    for (int m = kFirst; m < count; ++m) {
+      for (int q = 0; q < kP; ++q) {
+        VF v0, v1;
+        TermPair<kForm>(terms[m], j + 2 * kL * q, &v0, &v1);
+        a[2 * q] = hn::Add(a[2 * q], v0);
+        a[2 * q + 1] = hn::Add(a[2 * q + 1], v1);
+      }
+    }
+    StorePairsLanes<kStream, kAccOut, kP>(a, dst + j, kAccOut ? acc + j : nullptr);
+  };
   int64_t j = 0;
-  for (; j + 2 * kL <= n; j += 2 * kL) {
-    for (int64_t o = j + kAhead; o < j + kAhead + 2 * kL; o += kLine) {
+  for (; j + 2 * kL * kPairs <= n; j += 2 * kL * kPairs) {
+    for (int64_t o = j + kAhead; o < j + kAhead + 2 * kL * kPairs; o += kLine) {
       for (int m = 0; m < count; ++m) {
         if (terms[m].x != nullptr) PrefetchAhead(terms[m].x, m < next_count ? next[m].x : nullptr, o, n);
       }
     }
-    VF a0 = hn::Zero(d), a1 = hn::Zero(d);
-    if (kAccIn) {
-      a0 = hn::LoadU(d, acc + j);
-      a1 = hn::LoadU(d, acc + j + kL);
-    } else if (count > 0) {
-      TermPair<kForm>(terms[0], j, &a0, &a1);
-    }
-    for (int m = kFirst; m < count; ++m) {
-      VF v0, v1;
-      TermPair<kForm>(terms[m], j, &v0, &v1);
-      a0 = hn::Add(a0, v0);
-      a1 = hn::Add(a1, v1);
-    }
-    if (kAccOut) {
-      hn::StoreU(a0, d, acc + j);
-      hn::StoreU(a1, d, acc + j + kL);
-    } else {
-      PutPairLanes<kStream>(a0, a1, dst + j);
-    }
+    step(std::integral_constant<int, kPairs>(), j);
   }
+  for (; kPairs > 1 && j + 2 * kL <= n; j += 2 * kL) step(std::integral_constant<int, 1>(), j);
   for (; j + kL <= n; j += kL) {
     VF v = kAccIn ? hn::LoadU(d, acc + j) : count > 0 ? TermVec<kForm>(d, terms[0], j) : hn::Zero(d);
     for (int m = kFirst; m < count; ++m) v = hn::Add(v, TermVec<kForm>(d, terms[m], j));
