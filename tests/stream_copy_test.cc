@@ -1,6 +1,7 @@
 // The benchmarks' yardstick copy (tools/moegrad/common): StreamCopy and ParallelCopy copy exactly the bytes
-// asked for, whatever the alignment, size and thread count, and write nothing around them; the eviction copy is
-// twice the last-level cache and at most an eighth of the memory, within its bounds.
+// asked for, and StreamWrite and ParallelWrite set them, whatever the alignment, size and thread count, and write
+// nothing around them; the eviction copy is twice the last-level cache and at most an eighth of the memory,
+// within its bounds.
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
@@ -126,11 +127,43 @@ TEST(StreamRead, SumsEveryByteOnce) {
   }
 }
 
-TEST(CopyAndReadBandwidth, BothMeasured) {
-  const CopyAndRead r = CopyAndReadBandwidth(2, size_t{8} << 20, 3);
+// Sets `bytes` bytes at offset `offset` of a guarded buffer with StreamWrite and with ParallelWrite on 1-3
+// threads; checks them and the guard bytes on both sides.
+void CheckWrite(size_t bytes, size_t offset) {
+  AlignedBuffer dst(bytes + 2 * kGuard);
+  uint8_t* d = static_cast<uint8_t*>(dst.data);
+  const auto check = [&](uint8_t value, const char* what) {
+    for (size_t i = 0; i < dst.size; ++i) {
+      const bool inside = i >= kGuard + offset && i < kGuard + offset + bytes;
+      ASSERT_EQ(d[i], inside ? value : kGuardByte)
+          << what << ": byte " << i << " of a write of " << bytes << " bytes at offset " << offset;
+    }
+  };
+  std::fill(d, d + dst.size, kGuardByte);
+  StreamWrite(d + kGuard + offset, bytes, 0x3C);
+  check(0x3C, "StreamWrite");
+  for (int threads : {1, 2, 3}) {
+    const uint8_t value = static_cast<uint8_t>(0x40 + threads);
+    std::fill(d, d + dst.size, kGuardByte);
+    ParallelWrite(d + kGuard + offset, bytes, value, threads);
+    check(value, "ParallelWrite");
+  }
+}
+
+TEST(StreamWrite, SetsEveryByteAndNothingAround) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{255}, size_t{4095},
+                       size_t{16385}, size_t{3 * 16384 + 4161}}) {
+    for (size_t offset : {0, 1, 17, 33, 64}) CheckWrite(bytes, offset);
+  }
+}
+
+TEST(CopyReadWriteBandwidth, EveryHalfMeasured) {
+  const CopyReadWrite r = CopyReadWriteBandwidth(2, size_t{8} << 20, 3);
   EXPECT_GT(r.copy_bytes_per_second, 0.0);
   EXPECT_GT(r.read_bytes_per_second, 0.0);
   EXPECT_GT(r.read_over_copy, 0.0);
+  EXPECT_GT(r.write_bytes_per_second, 0.0);
+  EXPECT_GT(r.write_over_copy, 0.0);
 }
 
 TEST(EvictionBytes, TwiceTheCacheInWholeMiBWithinBounds) {

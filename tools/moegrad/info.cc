@@ -37,7 +37,7 @@ int RunInfo(const InfoOptions& o) {
   std::printf("copy walk:      %s (four pages in step %.1f GB/s, page after page %.1f GB/s, the faster)\n",
               CopyWalkName(walk.walk), walk.in_step_bytes_per_second * 1e-9, walk.in_order_bytes_per_second * 1e-9);
   std::fflush(stdout);
-  const CopyAndRead bw = CopyAndReadBandwidth(NumThreads(), eviction);
+  const CopyReadWrite bw = CopyReadWriteBandwidth(NumThreads(), eviction);
   std::printf("copy bandwidth: %.1f GB/s (copy of %llu MiB, streaming stores, %s, bytes read + written, median)\n",
               bw.copy_bytes_per_second * 1e-9, static_cast<unsigned long long>(eviction >> 20),
               CopyWalkName(walk.walk));
@@ -45,6 +45,10 @@ int RunInfo(const InfoOptions& o) {
               "median), %.0f%% of the copy's\n",
               bw.read_bytes_per_second * 1e-9, static_cast<unsigned long long>(eviction >> 20),
               CopyWalkName(bw.read_walk), 100.0 * bw.read_over_copy);
+  std::printf("write bandwidth: %.1f GB/s (streaming stores alone over the copy's %llu MiB, in order, bytes "
+              "written, median), %.0f%% of the copy's\n",
+              bw.write_bytes_per_second * 1e-9, static_cast<unsigned long long>(eviction >> 20),
+              100.0 * bw.write_over_copy);
   return 0;
 }
 

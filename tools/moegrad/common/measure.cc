@@ -252,6 +252,12 @@ uint64_t ParallelRead(const void* src, size_t bytes, int threads, CopyWalk walk)
   return sum;
 }
 
+void ParallelWrite(void* dst, size_t bytes, uint8_t value, int threads) {
+  ForEachPart(bytes, threads, [&](size_t begin, size_t end, size_t) {
+    StreamWrite(static_cast<char*>(dst) + begin, end - begin, value);
+  });
+}
+
 CopyWalkChoice ChooseCopyWalk(int threads, size_t bytes, int pairs) {
   using Clock = std::chrono::steady_clock;
   const auto [src, dst] = CopyBuffers(bytes, threads);
@@ -274,10 +280,13 @@ CopyWalkChoice ChooseCopyWalk(int threads, size_t bytes, int pairs) {
   return choice;
 }
 
-CopyAndRead CopyAndReadBandwidth(int threads, size_t bytes, int pairs) {
+CopyReadWrite CopyReadWriteBandwidth(int threads, size_t bytes, int pairs) {
   using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
   const auto [src, dst] = CopyBuffers(bytes, threads);
-  std::vector<double> copies, reads[std::size(kCopyWalks)], ratios[std::size(kCopyWalks)];
+  std::vector<double> copies, reads[std::size(kCopyWalks)], ratios[std::size(kCopyWalks)], writes, write_ratios;
   volatile uint64_t sink = 0;
   for (int i = 0; i <= pairs; ++i) {  // the first pair warms up
     for (size_t w = 0; w < std::size(kCopyWalks); ++w) {
@@ -287,17 +296,28 @@ CopyAndRead CopyAndReadBandwidth(int threads, size_t bytes, int pairs) {
       sink = sink + ParallelRead(dst.get(), bytes, threads, kCopyWalks[w]);  // streamed to memory: not in the caches
       const auto t2 = Clock::now();
       if (i == 0) continue;
-      copies.push_back(2.0 * static_cast<double>(bytes) / std::chrono::duration<double>(t1 - t0).count());
-      reads[w].push_back(static_cast<double>(bytes) / std::chrono::duration<double>(t2 - t1).count());
+      copies.push_back(2.0 * static_cast<double>(bytes) / seconds(t0, t1));
+      reads[w].push_back(static_cast<double>(bytes) / seconds(t1, t2));
       ratios[w].push_back(reads[w].back() / copies.back());
     }
+    const auto t0 = Clock::now();
+    ParallelCopy(dst.get(), src.get(), bytes, threads);
+    const auto t1 = Clock::now();
+    ParallelWrite(dst.get(), bytes, static_cast<uint8_t>(i), threads);
+    const auto t2 = Clock::now();
+    if (i == 0) continue;
+    const double copy = 2.0 * static_cast<double>(bytes) / seconds(t0, t1);
+    writes.push_back(static_cast<double>(bytes) / seconds(t1, t2));
+    write_ratios.push_back(writes.back() / copy);
   }
   const int w = Median(reads[1]) > Median(reads[0]) ? 1 : 0;
-  CopyAndRead r;
+  CopyReadWrite r;
   r.copy_bytes_per_second = Median(copies);
   r.read_walk = kCopyWalks[w];
   r.read_bytes_per_second = Median(reads[w]);
   r.read_over_copy = Median(ratios[w]);
+  r.write_bytes_per_second = Median(writes);
+  r.write_over_copy = Median(write_ratios);
   return r;
 }
 

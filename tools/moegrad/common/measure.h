@@ -97,19 +97,27 @@ CopyWalkChoice ChooseCopyWalk(int threads, size_t bytes = size_t{256} << 20, int
 // `walk`, at most kMaxThreads and one per 64 bytes).
 uint64_t ParallelRead(const void* src, size_t bytes, int threads, CopyWalk walk);
 
-// The copy (with the yardstick's walk) and its read half alone, measured in alternation on buffers of `bytes` (a
-// copy, a read of what it just wrote, which its streaming stores left in memory, not in the caches, a copy, ...)
-// with `threads` threads, the reads with each walk in turn: the copy's median bytes per second (read + written
-// bytes), the faster read walk, its median bytes per second and the median over its pairs of read / copy. A
-// kernel of which a fraction f of the bytes are reads (f = K/(K+1) for
-// one that sums K rows into one) cannot run faster than about read / f, which on cores that keep few reads in
-// flight is below the copy rate.
-struct CopyAndRead {
+// Sets `bytes` bytes of dst to `value` with `threads` threads (StreamWrite of one contiguous part each, at most
+// kMaxThreads and one per 64 bytes).
+void ParallelWrite(void* dst, size_t bytes, uint8_t value, int threads);
+
+// The copy (with the yardstick's walk), its read half alone and its write half alone, measured in alternation on
+// buffers of `bytes` (a copy, a read of what it just wrote, which its streaming stores left in memory, not in the
+// caches, a copy, ..., and once a pair a copy and a write of streaming stores alone) with `threads` threads, the
+// reads with each walk in turn: the copy's median bytes per second (read + written bytes), the faster read walk,
+// its median bytes per second and the median over its pairs of read / copy, and the same for the writes. A kernel
+// of which a fraction f of the bytes are reads (f = K/(K+1) for one that sums K rows into one) cannot run faster
+// than about read / f, which on cores that keep few reads in flight is below the copy rate; one of which a
+// fraction w of the bytes are writes (w = K/(K+1) for a dispatch that writes each row it reads K times), faster
+// than about write / w.
+struct CopyReadWrite {
   double copy_bytes_per_second = 0.0;
   CopyWalk read_walk = CopyWalk::kFourPagesInStep;
   double read_bytes_per_second = 0.0;
   double read_over_copy = 0.0;
+  double write_bytes_per_second = 0.0;
+  double write_over_copy = 0.0;
 };
-CopyAndRead CopyAndReadBandwidth(int threads, size_t bytes, int pairs = 7);
+CopyReadWrite CopyReadWriteBandwidth(int threads, size_t bytes, int pairs = 7);
 
 }  // namespace moegrad::tool

@@ -31,4 +31,9 @@ void StreamCopy(void* dst, const void* src, size_t bytes, CopyWalk walk = CopyWa
 // whose bytes are mostly reads.
 uint64_t StreamRead(const void* src, size_t bytes, CopyWalk walk = CopyWalk::kFourPagesInStep);
 
+// Sets `bytes` bytes of dst to `value` with streaming stores in order, fenced before it returns: the write half
+// of the copy alone, the yardstick of a kernel whose bytes are mostly writes (a dispatch writes each row it reads
+// K times).
+void StreamWrite(void* dst, size_t bytes, uint8_t value);
+
 }  // namespace moegrad::tool
