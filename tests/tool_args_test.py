@@ -199,6 +199,8 @@ GOOD = [
       "--json", "{json}"], {}, 0, None, "copy bandwidth (16 MiB copy, streaming stores"),
     (["info"], {}, 0, None, " MiB last level, as reported (bench copies "),
     (["info"], {}, 0, None, ", the faster walk, bytes read, median), "),
+    # the write half of the copy alone (the dispatches' ceiling)
+    (["info"], {}, 0, None, "write bandwidth: "),
     # the yardstick copy's walk, the faster of the two on this machine, with both rates
     (["info"], {}, 0, None, "copy walk:      "),
     (["info"], {}, 0, None, " GB/s, the faster)"),
