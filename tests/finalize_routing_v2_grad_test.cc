@@ -410,6 +410,11 @@ TEST(FinalizeRoutingV2Grad, BitIdenticalAcrossSimdTargetsAndThreads) {
           .TestDeterminism(dtype);
     }
   }
+  // About 24 MiB moved: up to 16-24 chunks of tokens, taken by whichever thread is free (ChunkQueue).
+  FinalizeRoutingV2GradTester().tokens(256).hidden(2048).topk(4).mode(0).bias(true).seed(7)
+      .TestDeterminism(DType::kFloat32);
+  FinalizeRoutingV2GradTester().tokens(256).hidden(2048).topk(4).mode(1).experts(8).capacity(120).seed(8)
+      .TestDeterminism(DType::kBFloat16);
   // Scales without bias, padded views, realistic (one-to-one) mode 1 layout.
   FinalizeRoutingV2GradTester().tokens(64).hidden(2048).topk(2).mode(1).experts(8).capacity(12).layout(Layout::kPadded)
       .seed(5).TestDeterminism(DType::kBFloat16);

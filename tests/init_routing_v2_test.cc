@@ -417,6 +417,11 @@ TEST(InitRoutingV2, BitIdenticalAcrossSimdTargetsAndThreads) {
   }
   InitRoutingV2Tester().tokens(700).topk(3).experts(9).hidden(33).active_num(1500).flag(2)
       .layout(Layout::kTransposed, Layout::kPadded).all_targets(true).seed(9).Test(DType::kFloat16);
+  // About 20 MiB moved: up to 16-24 chunks of tokens, taken by whichever thread is free (ChunkQueue).
+  InitRoutingV2Tester().tokens(512).topk(4).experts(16).hidden(2048).flag(1).all_targets(true).seed(12)
+      .Test(DType::kFloat32);
+  InitRoutingV2Tester().tokens(512).topk(4).experts(16).mode(1).capacity(100).hidden(2048).all_targets(true)
+      .seed(13).Test(DType::kBFloat16);
   // 160000 pairs: the index passes split over up to three threads (2^16 pairs a task), the counting sort
   // and the radix sort of ids without an expert count.
   InitRoutingV2Tester().tokens(20000).topk(8).experts(300).hidden(3).flag(1).all_targets(true).seed(10)

@@ -317,6 +317,11 @@ TEST(TokenPermuteWithRoutingMap, BitIdenticalAcrossSimdTargetsAndThreads) {
     TokenPermuteWithRoutingMapTester().tokens(1000).experts(16).drop_and_pad(true).capacity(125).density(0.15)
         .hidden(64).map_dtype(DType::kBool).all_targets(true).seed(8).Test(dt);
   }
+  // About 20 MiB moved: up to 16-24 chunks of tokens, taken by whichever thread is free (ChunkQueue).
+  TokenPermuteWithRoutingMapTester().tokens(512).experts(16).topk(4).hidden(2048).all_targets(true).seed(12)
+      .Test(DType::kFloat32);
+  TokenPermuteWithRoutingMapTester().tokens(512).experts(16).drop_and_pad(true).capacity(128).hidden(2048)
+      .all_targets(true).seed(13).Test(DType::kBFloat16);
   TokenPermuteWithRoutingMapTester().tokens(700).experts(9).topk(3).hidden(33)
       .layout(Layout::kTransposed, Layout::kPadded)
       .all_targets(true).Test(DType::kFloat16);

@@ -2,7 +2,9 @@
 // inverse index they build over the tokens (src/backend/cpu/inverse_index.h) and the partitions of
 // src/backend/cpu/parallel.h. Every expected value is written out here or counted by a plain loop over the
 // inputs, never taken from the code under test.
+#include <algorithm>
 #include <cstdint>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -16,8 +18,10 @@ using moegrad::internal::Balance211;
 using moegrad::internal::BalanceByCost;
 using moegrad::internal::BalanceColumns;
 using moegrad::internal::BuildInverseIndex;
+using moegrad::internal::ChunkQueue;
 using moegrad::internal::KeyOfPosition;
 using moegrad::internal::UnevenTokens;
+using moegrad::internal::WalkChunks;
 
 TEST(InverseIndex, ListsPositionsPerKeyAscendingAndReturnsTheLargestList) {
   // Keys of 9 positions over 4 keys; -1 and 4 belong to no key and are left out.
@@ -146,6 +150,79 @@ TEST(BalanceByCost, SplitsAtTheFirstItemReachingEachShare) {
   EXPECT_EQ(part(3, 0), Range(0, 3));
   EXPECT_EQ(part(3, 1), Range(3, 3));
   EXPECT_EQ(part(3, 2), Range(3, 10));
+}
+
+TEST(ChunkQueue, OneThreadTakesEveryChunkInOrder) {
+  ChunkQueue queue;
+  std::vector<int64_t> taken;
+  queue.Take(5, [&](int64_t c) { taken.push_back(c); });
+  EXPECT_EQ(taken, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  // The queue is spent: a second walk on it takes nothing.
+  queue.Take(5, [&](int64_t c) { taken.push_back(c); });
+  EXPECT_EQ(taken.size(), 5u);
+}
+
+TEST(ChunkQueue, ThreadsTakeEveryChunkOnceEachInAscendingOrder) {
+  constexpr int64_t kChunks = 5000;
+  constexpr int kThreads = 4;
+  ChunkQueue queue;
+  std::vector<std::vector<int64_t>> taken(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] { queue.Take(kChunks, [&](int64_t c) { taken[i].push_back(c); }); });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<int64_t> all;
+  for (const std::vector<int64_t>& mine : taken) {
+    EXPECT_TRUE(std::is_sorted(mine.begin(), mine.end()));
+    all.insert(all.end(), mine.begin(), mine.end());
+  }
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(all.size(), static_cast<size_t>(kChunks));
+  for (int64_t c = 0; c < kChunks; ++c) ASSERT_EQ(all[c], c);
+}
+
+TEST(ChunkQueue, RangesAreFixedByTheChunkNumberNotTheThread) {
+  // 10 items in 4 chunks of Balance211: [0, 3), [3, 6), [6, 8), [8, 10), whoever takes them.
+  using Range = std::pair<int64_t, int64_t>;
+  const std::vector<Range> expected = {{0, 3}, {3, 6}, {6, 8}, {8, 10}};
+  for (int threads = 1; threads <= 3; ++threads) {
+    ChunkQueue queue;
+    std::vector<std::vector<Range>> taken(threads);
+    std::vector<std::thread> team;
+    for (int i = 0; i < threads; ++i) {
+      team.emplace_back([&, i] {
+        queue.TakeRanges(10, 4, [&](int64_t b, int64_t e) { taken[i].emplace_back(b, e); });
+      });
+    }
+    for (std::thread& t : team) t.join();
+    std::vector<Range> all;
+    for (const std::vector<Range>& mine : taken) all.insert(all.end(), mine.begin(), mine.end());
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(all, expected) << threads << " threads";
+  }
+  // By cost (items 1, 1, 10, 1, ... as in BalanceByCost above): three chunks, the middle one empty and not
+  // handed out.
+  const std::vector<int64_t> prefix = {0, 1, 2, 12, 13, 14, 15, 16, 17, 18, 19};
+  ChunkQueue queue;
+  std::vector<Range> ranges;
+  queue.TakeRangesByCost(10, 3, [&](int64_t k) { return prefix[k]; },
+                         [&](int64_t b, int64_t e) { ranges.emplace_back(b, e); });
+  EXPECT_EQ(ranges, (std::vector<Range>{{0, 3}, {3, 10}}));
+}
+
+TEST(WalkChunks, OneForOneThreadElseByBytesBetweenTheThreadsAndEightEach) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  EXPECT_EQ(WalkChunks(1000 * kMiB, 1, kMiB), 1);
+  // Fewer bytes than a chunk per thread: one chunk per thread, never fewer.
+  EXPECT_EQ(WalkChunks(kMiB / 2, 2, kMiB), 2);
+  EXPECT_EQ(WalkChunks(0, 4, kMiB), 4);
+  // In between: one chunk per chunk_bytes.
+  EXPECT_EQ(WalkChunks(11 * kMiB, 2, kMiB), 11);
+  EXPECT_EQ(WalkChunks(11 * kMiB + kMiB / 2, 2, kMiB), 11);
+  // Many bytes: eight per thread, or per_thread.
+  EXPECT_EQ(WalkChunks(1000 * kMiB, 2, kMiB), 16);
+  EXPECT_EQ(WalkChunks(1000 * kMiB, 3, kMiB, 4), 12);
 }
 
 }  // namespace

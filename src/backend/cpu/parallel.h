@@ -1,9 +1,10 @@
-// A deterministic static partition of [begin, end) over the worker threads (oneDNN balance211): every call
-// with the same thread count hands the same ranges to the same threads, and operators split work over
-// output rows so no result depends on the partition at all.
+// Partitions of [begin, end) over the worker threads (oneDNN balance211), fixed by the thread count, and the
+// chunk queue of the token walks, whose chunks are fixed by their number but taken by whichever thread is
+// free. Operators split work over output rows, so no result depends on the partition or on who takes what.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "src/core/int_math.h"
@@ -111,6 +112,54 @@ void BalanceByCost(int64_t n, int parts, int i, const Prefix& prefix, int64_t* b
   };
   *begin = start(i);
   *end = start(i + 1);
+}
+
+// The chunks of a parallel region's main walk, handed out first come first served: each thread takes the
+// next chunk when it is done with its last, so a thread that runs slower (a core shared with another process,
+// a slower path to memory) takes fewer chunks instead of holding the others at the join. A chunk's items are
+// fixed by its number (Balance211 or BalanceByCost over `chunks` parts), not by the thread that takes it, and
+// every output row is still written by one thread with the same arithmetic: no result depends on who takes
+// what. Made before the region and shared by its threads; one walk per queue.
+class ChunkQueue {
+ public:
+  // Calls fn(c) for the chunks c in [0, chunks) that this thread takes, in ascending order.
+  template <typename Fn>
+  void Take(int64_t chunks, const Fn& fn) {
+    for (int64_t c = next_.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next_.fetch_add(1, std::memory_order_relaxed)) {
+      fn(c);
+    }
+  }
+  // Calls fn(begin, end) for the chunks of [0, n) this thread takes, of about equal counts (Balance211).
+  template <typename Fn>
+  void TakeRanges(int64_t n, int64_t chunks, const Fn& fn) {
+    Take(chunks, [&](int64_t c) {
+      int64_t begin, end;
+      Balance211(n, static_cast<int>(chunks), static_cast<int>(c), &begin, &end);
+      if (begin < end) fn(begin, end);
+    });
+  }
+  // The same with chunks of about equal cost, prefix(k) the cost of items [0, k) (BalanceByCost).
+  template <typename Prefix, typename Fn>
+  void TakeRangesByCost(int64_t n, int64_t chunks, const Prefix& prefix, const Fn& fn) {
+    Take(chunks, [&](int64_t c) {
+      int64_t begin, end;
+      BalanceByCost(n, static_cast<int>(chunks), static_cast<int>(c), prefix, &begin, &end);
+      if (begin < end) fn(begin, end);
+    });
+  }
+
+ private:
+  alignas(64) std::atomic<int64_t> next_{0};
+};
+
+// How many chunks `parts` threads cut a walk of `bytes` into: one for one thread, else about `per_thread`
+// per thread but none under `chunk_bytes` (the prefetch of the next row restarts at each chunk's first row),
+// and never fewer than the threads.
+inline int64_t WalkChunks(int64_t bytes, int parts, int64_t chunk_bytes, int64_t per_thread = 8) {
+  if (parts <= 1) return 1;
+  const int64_t by_size = std::max<int64_t>(1, bytes / std::max<int64_t>(chunk_bytes, 1));
+  return std::max<int64_t>(parts, std::min<int64_t>(by_size, parts * per_thread));
 }
 
 }  // namespace moegrad::internal

@@ -77,7 +77,7 @@ void FinalizeRoutingV2GradTyped(const FinalizeRoutingV2GradTask& p) {
 // every pair's row and dot are its own.
 template <typename T>
 void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t i_begin, int64_t i_end,
-                                    bool stream) {
+                                    bool stream, UnderflowWatch& watch) {
   const int64_t H = p.hidden;
   const int64_t K = p.topk;
   const bool has_scales = p.scales.data != nullptr;
@@ -100,7 +100,6 @@ void FinalizeRoutingV2GradPairsUnit(const FinalizeRoutingV2GradTask& p, int64_t 
   };
   TokenPairRows<T> groups[2][kTokenGroup];
   HWY_ALIGN float part[kTokenGroup][16];
-  UnderflowWatch watch(WatchesUnderflow<T>());
   const bool fma_from_start =
       has_scales && has_bias && FmaFromTheStart<T>(p.bias_rows * H * static_cast<int64_t>(sizeof(T)));
   // Bias rows are prefetched as the expandedX rows where a call adds each row about once (at most two pairs
@@ -169,25 +168,20 @@ void FinalizeRoutingV2GradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
   const int64_t moved = (p.token_cost[p.tokens] / 2 + p.zero_rows) * std::max<int64_t>(row_bytes, 1);
   const bool stream = unit && StreamOutput(p.rows * row_bytes, moved);
   const int64_t work = ThreadWork(moved, has_scales, sizeof(T));
+  internal::ChunkQueue queue;
   internal::ParallelParts(std::max<int64_t>(1, work / kBytesPerThread), [&](int part, int parts) {
-    // Token ranges of about equal cost, or, where one token is most of the work (decode sizes), ranges of
-    // pairs: a token's pairs then split between threads, each reading the token's gradY row.
-    int64_t i_begin, i_end;
-    if (internal::UnevenTokens(p.heaviest_token_cost, p.token_cost[p.tokens], parts)) {
-      internal::Balance211(p.tokens * K, parts, part, &i_begin, &i_end);
-    } else {
-      int64_t r_begin, r_end;
-      internal::BalanceByCost(p.tokens, parts, part, [&](int64_t r) { return p.token_cost[r]; }, &r_begin,
-                              &r_end);
-      i_begin = r_begin * K;
-      i_end = r_end * K;
-    }
-    if (unit) {
-      FinalizeRoutingV2GradPairsUnit<T>(p, i_begin, i_end, stream);
-    } else {
+    // Chunks of tokens of about equal cost, taken as each thread finishes its last (ChunkQueue), or, where
+    // one token is most of the work (decode sizes), ranges of pairs: a token's pairs then split between
+    // threads, each reading the token's gradY row. One watch per thread for all its chunks: an underflow seen
+    // in one chunk sets the form of the next.
+    UnderflowWatch watch(WatchesUnderflow<T>());
+    auto pairs = [&](int64_t i_begin, int64_t i_end) {
+      if (unit) {
+        FinalizeRoutingV2GradPairsUnit<T>(p, i_begin, i_end, stream, watch);
+        return;
+      }
       // Strided rows, element by element: the plain multiply until an underflow, then the form the core
       // spares (WithScalarForm, underflow_watch.h).
-      UnderflowWatch watch(WatchesUnderflow<T>());
       for (int64_t i = i_begin; i < i_end; ++i) {
         const T* g = p.grad_y.Row<const T>(i / K);
         const int64_t v = p.row_idx.At<const int32_t>(i);
@@ -205,6 +199,15 @@ void FinalizeRoutingV2GradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
         });
         watch.Poll();
       }
+    };
+    if (internal::UnevenTokens(p.heaviest_token_cost, p.token_cost[p.tokens], parts)) {
+      int64_t i_begin, i_end;
+      internal::Balance211(p.tokens * K, parts, part, &i_begin, &i_end);
+      pairs(i_begin, i_end);
+    } else {
+      queue.TakeRangesByCost(p.tokens, internal::WalkChunks(moved, parts, kChunkBytes),
+                             [&](int64_t r) { return p.token_cost[r]; },
+                             [&](int64_t r_begin, int64_t r_end) { pairs(r_begin * K, r_end * K); });
     }
     // This part's share of the rows no pair writes: those of rank [z_begin, z_end) among them.
     if (p.zero_rows > 0) {

@@ -30,43 +30,47 @@ void InitRoutingV2RowsTyped(const InitRoutingV2Task& p, const InitRoutingV2Scrat
     const int64_t v = p.row_idx.At<const int32_t>(t * K + k);
     return (p.mode == 1 ? v >= 0 : v < p.active) ? v : -1;
   };
+  internal::ChunkQueue queue;
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
-    // Tokens [t0, t1) of about equal rows moved (the token's own row plus those it is copied to): each token
-    // row is read once and written to all its rows.
-    int64_t t0, t1;
-    internal::BalanceByCost(N, parts, part, [&](int64_t t) { return s.token_rows[t]; }, &t0, &t1);
+    // Chunks of tokens [t0, t1) of about equal rows moved (the token's own row plus those it is copied to),
+    // taken as each thread finishes its last (ChunkQueue): each token row is read once and written to all its
+    // rows.
     constexpr int64_t kMaxDsts = 64;
     char* dsts[kMaxDsts];
     // Whether token t is copied anywhere: a token whose pairs are all dropped or past the active rows is not
     // read, and the row prefetched during a token's copies is the next token that is.
     auto copied = [&](int64_t t) { return s.token_rows[t + 1] - s.token_rows[t] > 1; };
-    for (int64_t t = t0; t < t1; ++t) {
-      const T* src = p.src_x.Row<const T>(t);
-      if (!stream) {
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t v = row_of(t, k);
-          if (v >= 0) CopyRow<T>(src, p.src_x.col_stride, p.dst_x.Row<T>(v), p.dst_x.col_stride, H);
+    auto copy_tokens = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const T* src = p.src_x.Row<const T>(t);
+        if (!stream) {
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t v = row_of(t, k);
+            if (v >= 0) CopyRow<T>(src, p.src_x.col_stride, p.dst_x.Row<T>(v), p.dst_x.col_stride, H);
+          }
+          continue;
         }
-        continue;
-      }
-      if (!copied(t)) continue;
-      int64_t t_next = t + 1;
-      while (t_next < t1 && !copied(t_next)) ++t_next;
-      const char* next = t_next < t1 ? reinterpret_cast<const char*>(p.src_x.Row<const T>(t_next)) : nullptr;
-      // Destinations a batch at a time; a row that does not start on 16 bytes is copied with memcpy.
-      for (int64_t k0 = 0; k0 < K; k0 += kMaxDsts) {
-        int64_t n = 0;
-        for (int64_t k = k0; k < std::min(K, k0 + kMaxDsts); ++k) {
-          const int64_t v = row_of(t, k);
-          if (v < 0) continue;
-          T* dst = p.dst_x.Row<T>(v);
-          if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) dsts[n++] = reinterpret_cast<char*>(dst);
-          else CopyRow<T>(src, 1, dst, 1, H);
+        if (!copied(t)) continue;
+        int64_t t_next = t + 1;
+        while (t_next < t1 && !copied(t_next)) ++t_next;
+        const char* next = t_next < t1 ? reinterpret_cast<const char*>(p.src_x.Row<const T>(t_next)) : nullptr;
+        // Destinations a batch at a time; a row that does not start on 16 bytes is copied with memcpy.
+        for (int64_t k0 = 0; k0 < K; k0 += kMaxDsts) {
+          int64_t n = 0;
+          for (int64_t k = k0; k < std::min(K, k0 + kMaxDsts); ++k) {
+            const int64_t v = row_of(t, k);
+            if (v < 0) continue;
+            T* dst = p.dst_x.Row<T>(v);
+            if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) dsts[n++] = reinterpret_cast<char*>(dst);
+            else CopyRow<T>(src, 1, dst, 1, H);
+          }
+          StreamCopyToMany(reinterpret_cast<const char*>(src), k0 + kMaxDsts >= K ? next : nullptr, dsts, n,
+                           copy_bytes);
         }
-        StreamCopyToMany(reinterpret_cast<const char*>(src), k0 + kMaxDsts >= K ? next : nullptr, dsts, n,
-                         copy_bytes);
       }
-    }
+    };
+    queue.TakeRangesByCost(N, internal::WalkChunks(moved, parts, kChunkBytes),
+                           [&](int64_t t) { return s.token_rows[t]; }, copy_tokens);
     // dropPadMode 1: the rows no pair fills, [filled, C) of every expert, as +0 (all zero bits); this part's
     // share [z0, z1) of them, expert e's from zero_rows[e].
     int64_t z0, z1;

@@ -24,6 +24,9 @@ constexpr bool StreamOutput(int64_t out_bytes, int64_t moved_bytes) {
 }
 // A thread of a parallel kernel should move at least this much, or the fork/join costs more than it saves.
 constexpr int64_t kBytesPerThread = int64_t{256} << 10;
+// A parallel walk over tokens is cut into chunks of at least this much that the threads take as each finishes
+// its last (internal::ChunkQueue), about eight per thread.
+constexpr int64_t kChunkBytes = int64_t{1} << 20;
 // What a call's thread count is measured by: the bytes it moves, counted twice for 16-bit rows with dot
 // products (they convert every element they read, round every one they write, and their dots take about as
 // long as moving the bytes on AVX2), so that a one-token call of 300 KB with dots runs on two threads.

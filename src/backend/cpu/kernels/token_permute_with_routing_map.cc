@@ -45,6 +45,7 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
     return p.drop_and_pad ? s.token_slots[s.token_offsets[t] + m] : p.sorted_indices.At<const int32_t>(t * K + m);
   };
   const int64_t moved = (N + p.tokens) * std::max<int64_t>(1, copy_bytes);
+  internal::ChunkQueue queue;
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     // Permuted probs and (drop-and-pad) sortedIndices: this part's rows [q0, q1) (drop-and-pad probs: the
     // slots at inverse-index positions [q0, q1)). Drop-and-pad rows come in blocks of C experts; dropless
@@ -75,50 +76,55 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
         copy_prob(q, s.src[q], e);
       }
     }
-    // Permuted token rows in token order: each token row is read once and written to all its rows. Tokens
-    // [t0, t1) of about equal rows moved (the token's own row plus those it is copied to); where one token is
-    // copied to more rows than a part's share (drop-and-pad at decode sizes), columns [j0, j1) of every token
-    // instead. Only then: with columns split, every thread walks the pages of every destination row (a TLB
-    // miss and a prefetcher restart each), which cost more than a token range half a share uneven (16 tokens:
-    // 379 -> 437 us, bf16) where only the reductions' threads idled.
-    int64_t t0 = 0, t1 = p.tokens, j0 = 0, j1 = H;
-    if (internal::UnevenTokens(heaviest, N + p.tokens, parts, /*per_share=*/1)) {
-      internal::BalanceColumns(H, sizeof(T), parts, part, &j0, &j1);
-    } else {
-      internal::BalanceByCost(
-          p.tokens, parts, part, [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t] + t : t * (K + 1); },
-          &t0, &t1);
-    }
-    const RowView src_tokens = p.src_tokens.FromColumn<T>(j0), dst_tokens = p.dst_tokens.FromColumn<T>(j0);
-    const int64_t n_cols = j1 - j0;
+    // Permuted token rows in token order: each token row is read once and written to all its rows. Chunks of
+    // tokens of about equal rows moved (the token's own row plus those it is copied to), taken as each thread
+    // finishes its last (ChunkQueue); where one token is copied to more rows than a part's share (drop-and-pad
+    // at decode sizes), columns [j0, j1) of every token instead. Only then: with columns split, every thread
+    // walks the pages of every destination row (a TLB miss and a prefetcher restart each), which cost more
+    // than a token range half a share uneven (16 tokens: 379 -> 437 us, bf16) where only the reductions'
+    // threads idled.
     constexpr int64_t kMaxDsts = 64;
     char* dsts[kMaxDsts];
-    for (int64_t t = t0; t < t1 && n_cols > 0; ++t) {
-      const int64_t count = count_of(t);
-      const T* src = src_tokens.Row<const T>(t);
-      if (!stream) {
-        for (int64_t m = 0; m < count; ++m) {
-          CopyRow<T>(src, src_tokens.col_stride, dst_tokens.Row<T>(row_of(t, m)), dst_tokens.col_stride, n_cols);
+    auto copy_tokens = [&](int64_t t0, int64_t t1, int64_t j0, int64_t j1) {
+      const RowView src_tokens = p.src_tokens.FromColumn<T>(j0), dst_tokens = p.dst_tokens.FromColumn<T>(j0);
+      const int64_t n_cols = j1 - j0;
+      for (int64_t t = t0; t < t1 && n_cols > 0; ++t) {
+        const int64_t count = count_of(t);
+        const T* src = src_tokens.Row<const T>(t);
+        if (!stream) {
+          for (int64_t m = 0; m < count; ++m) {
+            CopyRow<T>(src, src_tokens.col_stride, dst_tokens.Row<T>(row_of(t, m)), dst_tokens.col_stride, n_cols);
+          }
+          continue;
         }
-        continue;
-      }
-      // A token no expert takes (drop-and-pad) is not read; the row prefetched during a token's copies is the
-      // next token that is.
-      if (count == 0) continue;
-      int64_t t_next = t + 1;
-      while (t_next < t1 && count_of(t_next) == 0) ++t_next;
-      const char* next = t_next < t1 ? reinterpret_cast<const char*>(src_tokens.Row<const T>(t_next)) : nullptr;
-      // Destinations a batch at a time; a row that does not start on 16 bytes is copied with memcpy.
-      for (int64_t m0 = 0; m0 < count; m0 += kMaxDsts) {
-        int64_t n = 0;
-        for (int64_t m = m0; m < std::min(count, m0 + kMaxDsts); ++m) {
-          T* dst = dst_tokens.Row<T>(row_of(t, m));
-          if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) dsts[n++] = reinterpret_cast<char*>(dst);
-          else CopyRow<T>(src, 1, dst, 1, n_cols);
+        // A token no expert takes (drop-and-pad) is not read; the row prefetched during a token's copies is
+        // the next token that is.
+        if (count == 0) continue;
+        int64_t t_next = t + 1;
+        while (t_next < t1 && count_of(t_next) == 0) ++t_next;
+        const char* next = t_next < t1 ? reinterpret_cast<const char*>(src_tokens.Row<const T>(t_next)) : nullptr;
+        // Destinations a batch at a time; a row that does not start on 16 bytes is copied with memcpy.
+        for (int64_t m0 = 0; m0 < count; m0 += kMaxDsts) {
+          int64_t n = 0;
+          for (int64_t m = m0; m < std::min(count, m0 + kMaxDsts); ++m) {
+            T* dst = dst_tokens.Row<T>(row_of(t, m));
+            if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) dsts[n++] = reinterpret_cast<char*>(dst);
+            else CopyRow<T>(src, 1, dst, 1, n_cols);
+          }
+          StreamCopyToMany(reinterpret_cast<const char*>(src), m0 + kMaxDsts >= count ? next : nullptr, dsts, n,
+                           n_cols * static_cast<int64_t>(sizeof(T)));
         }
-        StreamCopyToMany(reinterpret_cast<const char*>(src), m0 + kMaxDsts >= count ? next : nullptr, dsts, n,
-                         n_cols * static_cast<int64_t>(sizeof(T)));
       }
+    };
+    if (internal::UnevenTokens(heaviest, N + p.tokens, parts, /*per_share=*/1)) {
+      int64_t j0, j1;
+      internal::BalanceColumns(H, sizeof(T), parts, part, &j0, &j1);
+      copy_tokens(0, p.tokens, j0, j1);
+    } else {
+      queue.TakeRangesByCost(
+          p.tokens, internal::WalkChunks(moved, parts, kChunkBytes),
+          [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t] + t : t * (K + 1); },
+          [&](int64_t t0, int64_t t1) { copy_tokens(t0, t1, 0, H); });
     }
     if (stream) FlushStreams();
   });

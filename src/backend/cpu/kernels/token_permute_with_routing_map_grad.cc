@@ -75,12 +75,14 @@ void TokenPermuteWithRoutingMapGradDroplessTyped(const TokenPermuteWithRoutingMa
   const int64_t moved = p.tokens * (K + 1) * row_bytes;
   const bool stream = StreamOutput(p.tokens * row_bytes, moved);
   const bool has_probs = p.probs_grad.data != nullptr;
+  // Chunks of tokens taken as each thread finishes its last (ChunkQueue), then an equal share of probsGrad.
+  internal::ChunkQueue queue;
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
-    int64_t begin, end;
-    internal::Balance211(p.tokens, parts, part, &begin, &end);
-    GatherSums<T>(
-        p.grad, p.tokens_grad, H, begin, end, [&](int64_t) { return K; },
-        [&](int64_t t, int64_t k) { return p.sorted_indices.At<const int32_t>(t * K + k); }, stream);
+    queue.TakeRanges(p.tokens, internal::WalkChunks(moved, parts, kChunkBytes), [&](int64_t begin, int64_t end) {
+      GatherSums<T>(
+          p.grad, p.tokens_grad, H, begin, end, [&](int64_t) { return K; },
+          [&](int64_t t, int64_t k) { return p.sorted_indices.At<const int32_t>(t * K + k); }, stream);
+    });
     if (stream) hwy::FlushStream();
     if (!has_probs) return;
     int64_t b_begin, b_end;
@@ -99,10 +101,12 @@ void TokenPermuteWithRoutingMapGradDropPadTyped(const TokenPermuteWithRoutingMap
   const int64_t moved = (p.rows + p.tokens) * row_bytes;
   const bool stream = StreamOutput(p.tokens * row_bytes, moved);
   // Token row t gathers the rows p with sortedIndices[p] == t, ascending (zero when none); its probsGrad row
-  // sums permutedProbsOutputGrad[p] per expert p / C, in the same ascending order. Threads take token ranges
-  // of about equal rows moved (the rows a token gathers plus its own), or, where one token gathers most of
-  // the rows (decode sizes, the padding token), ranges of the columns of every token (the probs still by tokens).
+  // sums permutedProbsOutputGrad[p] per expert p / C, in the same ascending order. Threads take chunks of
+  // tokens of about equal rows moved (the rows a token gathers plus its own) as each finishes its last
+  // (ChunkQueue), or, where one token gathers most of the rows (decode sizes, the padding token), ranges of
+  // the columns of every token; the probs by token ranges of about equal rows moved.
   const int64_t heaviest = p.most_slots + 1;
+  internal::ChunkQueue queue;
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     int64_t begin, end;
     internal::BalanceByCost(p.tokens, parts, part, [&](int64_t t) { return p.offsets[t] + t; }, &begin, &end);
@@ -116,7 +120,9 @@ void TokenPermuteWithRoutingMapGradDropPadTyped(const TokenPermuteWithRoutingMap
                       row_of, stream);
       }
     } else {
-      GatherSums<T>(p.grad, p.tokens_grad, H, begin, end, count_of, row_of, stream);
+      queue.TakeRangesByCost(
+          p.tokens, internal::WalkChunks(moved, parts, kChunkBytes), [&](int64_t t) { return p.offsets[t] + t; },
+          [&](int64_t t0, int64_t t1) { GatherSums<T>(p.grad, p.tokens_grad, H, t0, t1, count_of, row_of, stream); });
     }
     if (has_probs) WithFloatType(p.weight_dtype, [&](auto w) { DropPadProbsRows<decltype(w)>(p, begin, end); });
     if (stream) hwy::FlushStream();

@@ -23,7 +23,7 @@ namespace moegrad::kernels::HWY_NAMESPACE {
 // too) and adds left to right from the first term.
 template <typename T, typename CountOf, typename QOf>
 void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int64_t end, const CountOf& count_of,
-                   const QOf& q_of, bool stream) {
+                   const QOf& q_of, bool stream, UnderflowWatch& watch) {
   const int64_t H = p.hidden;
   auto row_of_q = [&](int64_t q) -> int64_t {
     return p.padded_mode ? q : int64_t{p.sorted_indices.At<const int32_t>(q)};
@@ -37,7 +37,6 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
   if (p.permuted.col_stride != 1 || p.unpermuted.col_stride != 1) {
     // Strided rows, element by element: the plain multiply until an underflow, then the form the core spares
     // (WithScalarForm, underflow_watch.h).
-    UnderflowWatch watch(WatchesUnderflow<T>());
     for (int64_t t = begin; t < end; ++t) {
       WithScalarForm(watch, [&](auto form) {
         SumRowsOf<T, decltype(form)::value>(
@@ -62,7 +61,6 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
   // The products take the fused form until an underflow is seen, then MulNoAssist, or still the fused
   // form where the core spares it (TermsNoAssist, underflow_watch.h).
   constexpr int64_t kAccColumns = 16384;
-  UnderflowWatch watch(WatchesUnderflow<T>());
   auto sum_tiles = [&](int64_t t) {
     const int64_t c = count_of(t);
     T* dst = p.unpermuted.Row<T>(t);
@@ -180,12 +178,16 @@ void UnpermuteTyped(const TokenUnpermuteWithRoutingMapTask& p) {
   const int64_t row_bytes = H * static_cast<int64_t>(sizeof(T));
   const int64_t moved = (N + p.tokens) * row_bytes;
   const bool stream = StreamOutput(p.tokens * row_bytes, moved);
-  // Threads take token ranges of about equal rows moved (the rows a token gathers plus its own), and an equal
-  // share of the index outputs. In the pad mode a token can gather most of the rows (one token at decode
-  // sizes, the padding token): then every thread takes a range of columns of every token instead.
+  // Threads take chunks of tokens of about equal rows moved (the rows a token gathers plus its own) as each
+  // finishes its last (ChunkQueue), then an equal share of the index outputs. In the pad mode a token can
+  // gather most of the rows (one token at decode sizes, the padding token): then every thread takes a range
+  // of columns of every token instead.
   const int64_t heaviest = p.most_slots + 1;
+  internal::ChunkQueue queue;
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
-    int64_t begin, end;
+    const int64_t chunks = internal::WalkChunks(moved, parts, kChunkBytes);
+    // One watch per thread for all its chunks: an underflow seen in one chunk sets the form of the next.
+    UnderflowWatch watch(WatchesUnderflow<T>());
     if (p.padded_mode) {
       auto count_of = [&](int64_t t) { return p.offsets[t + 1] - p.offsets[t]; };
       auto q_of = [&](int64_t t, int64_t m) { return p.slots[p.offsets[t] + m]; };
@@ -196,16 +198,19 @@ void UnpermuteTyped(const TokenUnpermuteWithRoutingMapTask& p) {
         columns.permuted = p.permuted.FromColumn<T>(j0);
         columns.unpermuted = p.unpermuted.FromColumn<T>(j0);
         columns.hidden = j1 - j0;
-        if (j0 < j1) UnpermuteRows<T>(columns, 0, p.tokens, count_of, q_of, stream);
+        if (j0 < j1) UnpermuteRows<T>(columns, 0, p.tokens, count_of, q_of, stream, watch);
       } else {
-        internal::BalanceByCost(p.tokens, parts, part, [&](int64_t t) { return p.offsets[t] + t; }, &begin, &end);
-        UnpermuteRows<T>(p, begin, end, count_of, q_of, stream);
+        queue.TakeRangesByCost(
+            p.tokens, chunks, [&](int64_t t) { return p.offsets[t] + t; },
+            [&](int64_t begin, int64_t end) { UnpermuteRows<T>(p, begin, end, count_of, q_of, stream, watch); });
       }
     } else {
       const int64_t K = p.topk;
-      internal::Balance211(p.tokens, parts, part, &begin, &end);
-      UnpermuteRows<T>(
-          p, begin, end, [&](int64_t) { return K; }, [&](int64_t t, int64_t m) { return t * K + m; }, stream);
+      queue.TakeRanges(p.tokens, chunks, [&](int64_t begin, int64_t end) {
+        UnpermuteRows<T>(
+            p, begin, end, [&](int64_t) { return K; }, [&](int64_t t, int64_t m) { return t * K + m; }, stream,
+            watch);
+      });
     }
     if (stream) hwy::FlushStream();
     int64_t i_begin, i_end;

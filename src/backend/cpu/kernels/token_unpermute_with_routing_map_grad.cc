@@ -35,13 +35,12 @@ HWY_INLINE float WeightOf(const Task& p, int64_t i) {
 // v_i * unpermutedTokensGrad[t_i]), and for each of those pairs d_i = permutedTokens[r] . unpermutedTokensGrad[t_i]
 // (the canonical dot). A row with one pair (a permutation's every row) reads both rows once for both results.
 template <typename T>
-void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
+void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream, UnderflowWatch& watch) {
   const int64_t H = p.hidden;
   const RowView& g = p.grad;
   const RowView& x = p.permuted_tokens;
   const RowView& out = p.permuted_tokens_grad;
   const bool unit = g.col_stride == 1 && x.col_stride == 1 && out.col_stride == 1;
-  UnderflowWatch watch(WatchesUnderflow<T>());
   for (int64_t r = begin; r < end; ++r) {
     const int64_t* pairs = p.row_pairs + p.row_offsets[r];
     const int64_t count = p.row_offsets[r + 1] - p.row_offsets[r];
@@ -85,7 +84,7 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream) {
 // every pair's row r_i = outIndex[i], rne(v_i * g) and the dot x_r . g. Each group's rows are looked up one group
 // ahead, so the next group's rows are prefetched as this one ends.
 template <typename T>
-void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool stream) {
+void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool stream, UnderflowWatch& watch) {
   const int64_t H = p.hidden;
   const bool short_step = ShortTokenStep();
   const int64_t end = H / TokenStep<T>(short_step) * TokenStep<T>(short_step);
@@ -116,7 +115,6 @@ void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool st
   TokenPairRows<T> rows[2][kTokenGroup];
   int64_t pairs[2][kTokenGroup];
   HWY_ALIGN float part[kTokenGroup][16];
-  UnderflowWatch watch(WatchesUnderflow<T>());
   int cur = 0;
   Group g = t_begin < t_end ? after(Group{t_begin, first(t_begin), 0}) : Group{t_end, 0, 0};
   look_up(g, rows[cur], pairs[cur]);
@@ -193,26 +191,30 @@ void TokenUnpermuteWithRoutingMapGradTyped(const Task& p) {
   // arithmetic) splits them evenly.
   const int64_t heaviest = 3 * (p.drop_and_pad ? p.most_token_pairs : p.topk) + 1;
   const int64_t work = ThreadWork(moved, has_probs, sizeof(T));
-  internal::ParallelParts(std::max<int64_t>(1, work / kBytesPerThread), [&](int part, int parts) {
-    int64_t begin, end;
+  // Threads take chunks of tokens or rows of about equal cost as each finishes its last (ChunkQueue).
+  internal::ChunkQueue queue;
+  internal::ParallelParts(std::max<int64_t>(1, work / kBytesPerThread), [&](int /*part*/, int parts) {
+    const int64_t chunks = internal::WalkChunks(moved, parts, kChunkBytes);
+    // One watch per thread for all its chunks: an underflow seen in one chunk sets the form of the next.
+    UnderflowWatch watch(WatchesUnderflow<T>());
     if (one_pair_rows && !internal::UnevenTokens(heaviest, 3 * N + p.tokens, parts)) {
       // A token costs its pairs' three rows (x in, out written, and the gradient row) and its own.
-      internal::BalanceByCost(
-          p.tokens, parts, part,
-          [&](int64_t t) { return 3 * (p.drop_and_pad ? p.token_offsets[t] : t * p.topk) + t; }, &begin, &end);
-      RowsWithProbsByToken<T>(p, begin, end, stream);
+      queue.TakeRangesByCost(
+          p.tokens, chunks, [&](int64_t t) { return 3 * (p.drop_and_pad ? p.token_offsets[t] : t * p.topk) + t; },
+          [&](int64_t begin, int64_t end) { RowsWithProbsByToken<T>(p, begin, end, stream, watch); });
       if (stream) hwy::FlushStream();
       return;
     }
-    internal::BalanceByCost(N, parts, part, [&](int64_t r) { return p.row_offsets[r] + r; }, &begin, &end);
-    if (has_probs) {
-      RowsWithProbs<T>(p, begin, end, stream);
-    } else {
-      GatherSums<T>(
-          p.grad, p.permuted_tokens_grad, H, begin, end,
-          [&](int64_t r) { return p.row_offsets[r + 1] - p.row_offsets[r]; },
-          [&](int64_t r, int64_t m) { return TokenOf(p, p.row_pairs[p.row_offsets[r] + m]); }, stream);
-    }
+    queue.TakeRangesByCost(N, chunks, [&](int64_t r) { return p.row_offsets[r] + r; }, [&](int64_t begin, int64_t end) {
+      if (has_probs) {
+        RowsWithProbs<T>(p, begin, end, stream, watch);
+      } else {
+        GatherSums<T>(
+            p.grad, p.permuted_tokens_grad, H, begin, end,
+            [&](int64_t r) { return p.row_offsets[r + 1] - p.row_offsets[r]; },
+            [&](int64_t r, int64_t m) { return TokenOf(p, p.row_pairs[p.row_offsets[r] + m]); }, stream);
+      }
+    });
     if (stream) hwy::FlushStream();
   });
   if (!has_probs) return;
