@@ -415,6 +415,9 @@ TEST(FinalizeRoutingV2Grad, BitIdenticalAcrossSimdTargetsAndThreads) {
       .TestDeterminism(DType::kFloat32);
   FinalizeRoutingV2GradTester().tokens(256).hidden(2048).topk(4).mode(1).experts(8).capacity(120).seed(8)
       .TestDeterminism(DType::kBFloat16);
+  // More than half of the 2400 rows unwritten (about 5 MiB of zero rows): chunks of them from a second queue.
+  FinalizeRoutingV2GradTester().tokens(256).hidden(2048).topk(4).mode(1).experts(8).capacity(300).seed(11)
+      .TestDeterminism(DType::kBFloat16);
   // Scales without bias, padded views, realistic (one-to-one) mode 1 layout.
   FinalizeRoutingV2GradTester().tokens(64).hidden(2048).topk(2).mode(1).experts(8).capacity(12).layout(Layout::kPadded)
       .seed(5).TestDeterminism(DType::kBFloat16);

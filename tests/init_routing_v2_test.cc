@@ -422,6 +422,9 @@ TEST(InitRoutingV2, BitIdenticalAcrossSimdTargetsAndThreads) {
       .Test(DType::kFloat32);
   InitRoutingV2Tester().tokens(512).topk(4).experts(16).mode(1).capacity(100).hidden(2048).all_targets(true)
       .seed(13).Test(DType::kBFloat16);
+  // Capacity 300 for about 128 pairs per expert: about 11 MiB of padding rows, in chunks from a second queue.
+  InitRoutingV2Tester().tokens(512).topk(4).experts(16).mode(1).capacity(300).hidden(2048).all_targets(true)
+      .seed(14).Test(DType::kBFloat16);
   // 160000 pairs: the index passes split over up to three threads (2^16 pairs a task), the counting sort
   // and the radix sort of ids without an expert count.
   InitRoutingV2Tester().tokens(20000).topk(8).experts(300).hidden(3).flag(1).all_targets(true).seed(10)

@@ -21,6 +21,7 @@ using moegrad::internal::BuildInverseIndex;
 using moegrad::internal::ChunkQueue;
 using moegrad::internal::KeyOfPosition;
 using moegrad::internal::UnevenTokens;
+using moegrad::internal::TailChunks;
 using moegrad::internal::WalkChunks;
 
 TEST(InverseIndex, ListsPositionsPerKeyAscendingAndReturnsTheLargestList) {
@@ -223,6 +224,12 @@ TEST(WalkChunks, OneForOneThreadElseByBytesBetweenTheThreadsAndEightEach) {
   // Many bytes: eight per thread, or per_thread.
   EXPECT_EQ(WalkChunks(1000 * kMiB, 2, kMiB), 16);
   EXPECT_EQ(WalkChunks(1000 * kMiB, 3, kMiB, 4), 12);
+}
+
+TEST(TailChunks, OneForOneThreadElseFourEach) {
+  EXPECT_EQ(TailChunks(1), 1);
+  EXPECT_EQ(TailChunks(2), 8);
+  EXPECT_EQ(TailChunks(3), 12);
 }
 
 }  // namespace

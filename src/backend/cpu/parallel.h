@@ -162,4 +162,9 @@ inline int64_t WalkChunks(int64_t bytes, int parts, int64_t chunk_bytes, int64_t
   return std::max<int64_t>(parts, std::min<int64_t>(by_size, parts * per_thread));
 }
 
+// How many chunks `parts` threads cut the small work after a walk into (index outputs, probability gradients):
+// four per thread, one for one thread, so that a thread done with its part of the walk takes the share of one
+// still in it rather than waiting at the join with its own share done.
+inline int64_t TailChunks(int parts) { return parts <= 1 ? 1 : int64_t{4} * parts; }
+
 }  // namespace moegrad::internal

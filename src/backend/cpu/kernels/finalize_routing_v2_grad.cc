@@ -169,6 +169,7 @@ void FinalizeRoutingV2GradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
   const bool stream = unit && StreamOutput(p.rows * row_bytes, moved);
   const int64_t work = ThreadWork(moved, has_scales, sizeof(T));
   internal::ChunkQueue queue;
+  internal::ChunkQueue zero_queue;
   internal::ParallelParts(std::max<int64_t>(1, work / kBytesPerThread), [&](int part, int parts) {
     // Chunks of tokens of about equal cost, taken as each thread finishes its last (ChunkQueue), or, where
     // one token is most of the work (decode sizes), ranges of pairs: a token's pairs then split between
@@ -209,17 +210,17 @@ void FinalizeRoutingV2GradOneWriterTyped(const FinalizeRoutingV2GradTask& p) {
                              [&](int64_t r) { return p.token_cost[r]; },
                              [&](int64_t r_begin, int64_t r_end) { pairs(r_begin * K, r_end * K); });
     }
-    // This part's share of the rows no pair writes: those of rank [z_begin, z_end) among them.
+    // Then the rows no pair writes, in chunks of rows [v_begin, v_end) taken from a second queue.
     if (p.zero_rows > 0) {
-      int64_t z_begin, z_end;
-      internal::Balance211(p.zero_rows, parts, part, &z_begin, &z_end);
-      for (int64_t v = 0, rank = 0; v < p.rows && rank < z_end; ++v) {
-        if (p.writer[v] >= 0) continue;
-        if (rank++ < z_begin) continue;
-        T* dst = p.grad_expanded_x.Row<T>(v);
-        if (unit) ZeroRowUnit(dst, H, stream);
-        else ZeroRow(dst, p.grad_expanded_x.col_stride, H);
-      }
+      zero_queue.TakeRanges(p.rows, internal::WalkChunks(p.zero_rows * row_bytes, parts, kChunkBytes),
+                            [&](int64_t v_begin, int64_t v_end) {
+                              for (int64_t v = v_begin; v < v_end; ++v) {
+                                if (p.writer[v] >= 0) continue;
+                                T* dst = p.grad_expanded_x.Row<T>(v);
+                                if (unit) ZeroRowUnit(dst, H, stream);
+                                else ZeroRow(dst, p.grad_expanded_x.col_stride, H);
+                              }
+                            });
     }
     if (stream) hwy::FlushStream();
   });

@@ -31,7 +31,8 @@ void InitRoutingV2RowsTyped(const InitRoutingV2Task& p, const InitRoutingV2Scrat
     return (p.mode == 1 ? v >= 0 : v < p.active) ? v : -1;
   };
   internal::ChunkQueue queue;
-  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+  internal::ChunkQueue zero_queue;
+  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int /*part*/, int parts) {
     // Chunks of tokens [t0, t1) of about equal rows moved (the token's own row plus those it is copied to),
     // taken as each thread finishes its last (ChunkQueue): each token row is read once and written to all its
     // rows.
@@ -71,11 +72,9 @@ void InitRoutingV2RowsTyped(const InitRoutingV2Task& p, const InitRoutingV2Scrat
     };
     queue.TakeRangesByCost(N, internal::WalkChunks(moved, parts, kChunkBytes),
                            [&](int64_t t) { return s.token_rows[t]; }, copy_tokens);
-    // dropPadMode 1: the rows no pair fills, [filled, C) of every expert, as +0 (all zero bits); this part's
-    // share [z0, z1) of them, expert e's from zero_rows[e].
-    int64_t z0, z1;
-    internal::Balance211(zero_rows, parts, part, &z0, &z1);
-    if (z0 < z1) {
+    // dropPadMode 1: the rows no pair fills, [filled, C) of every expert, as +0 (all zero bits), in chunks of
+    // them [z0, z1) taken from a second queue, expert e's from zero_rows[e].
+    auto zero_range = [&](int64_t z0, int64_t z1) {
       int64_t e = std::upper_bound(s.zero_rows, s.zero_rows + E + 1, z0) - s.zero_rows - 1;
       for (int64_t z = z0; z < z1; ++z) {
         while (z >= s.zero_rows[e + 1]) ++e;
@@ -86,6 +85,9 @@ void InitRoutingV2RowsTyped(const InitRoutingV2Task& p, const InitRoutingV2Scrat
           for (int64_t j = 0; j < H; ++j) dst[j * p.dst_x.col_stride] = T(0);
         }
       }
+    };
+    if (zero_rows > 0) {
+      zero_queue.TakeRanges(zero_rows, internal::WalkChunks(zero_rows * copy_bytes, parts, kChunkBytes), zero_range);
     }
     if (stream) FlushStreams();
   });

@@ -75,9 +75,11 @@ void TokenPermuteWithRoutingMapGradDroplessTyped(const TokenPermuteWithRoutingMa
   const int64_t moved = p.tokens * (K + 1) * row_bytes;
   const bool stream = StreamOutput(p.tokens * row_bytes, moved);
   const bool has_probs = p.probs_grad.data != nullptr;
-  // Chunks of tokens taken as each thread finishes its last (ChunkQueue), then an equal share of probsGrad.
+  // Chunks of tokens taken as each thread finishes its last (ChunkQueue), then chunks of probsGrad's blocks
+  // from a second queue.
   internal::ChunkQueue queue;
-  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
+  internal::ChunkQueue probs_queue;
+  internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int /*part*/, int parts) {
     queue.TakeRanges(p.tokens, internal::WalkChunks(moved, parts, kChunkBytes), [&](int64_t begin, int64_t end) {
       GatherSums<T>(
           p.grad, p.tokens_grad, H, begin, end, [&](int64_t) { return K; },
@@ -85,10 +87,10 @@ void TokenPermuteWithRoutingMapGradDroplessTyped(const TokenPermuteWithRoutingMa
     });
     if (stream) hwy::FlushStream();
     if (!has_probs) return;
-    int64_t b_begin, b_end;
-    internal::Balance211(NumBlocks(p), parts, part, &b_begin, &b_end);
     WithFloatType(p.weight_dtype, [&](auto w) {
-      for (int64_t b = b_begin; b < b_end; ++b) DroplessProbsBlock<decltype(w)>(p, b);
+      probs_queue.TakeRanges(NumBlocks(p), internal::TailChunks(parts), [&](int64_t b_begin, int64_t b_end) {
+        for (int64_t b = b_begin; b < b_end; ++b) DroplessProbsBlock<decltype(w)>(p, b);
+      });
     });
   });
 }

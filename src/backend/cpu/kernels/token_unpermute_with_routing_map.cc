@@ -179,11 +179,12 @@ void UnpermuteTyped(const TokenUnpermuteWithRoutingMapTask& p) {
   const int64_t moved = (N + p.tokens) * row_bytes;
   const bool stream = StreamOutput(p.tokens * row_bytes, moved);
   // Threads take chunks of tokens of about equal rows moved (the rows a token gathers plus its own) as each
-  // finishes its last (ChunkQueue), then an equal share of the index outputs. In the pad mode a token can
+  // finishes its last (ChunkQueue), then chunks of the index outputs from a second queue. In the pad mode a token can
   // gather most of the rows (one token at decode sizes, the padding token): then every thread takes a range
   // of columns of every token instead.
   const int64_t heaviest = p.most_slots + 1;
   internal::ChunkQueue queue;
+  internal::ChunkQueue index_queue;
   internal::ParallelParts(std::max<int64_t>(1, moved / kBytesPerThread), [&](int part, int parts) {
     const int64_t chunks = internal::WalkChunks(moved, parts, kChunkBytes);
     // One watch per thread for all its chunks: an underflow seen in one chunk sets the form of the next.
@@ -213,9 +214,10 @@ void UnpermuteTyped(const TokenUnpermuteWithRoutingMapTask& p) {
       });
     }
     if (stream) hwy::FlushStream();
-    int64_t i_begin, i_end;
-    internal::Balance211(N, parts, part, &i_begin, &i_end);
-    WithFloatType(p.weight_dtype, [&](auto w) { WriteIndices<decltype(w)>(p, i_begin, i_end); });
+    WithFloatType(p.weight_dtype, [&](auto w) {
+      index_queue.TakeRanges(N, internal::TailChunks(parts),
+                             [&](int64_t i_begin, int64_t i_end) { WriteIndices<decltype(w)>(p, i_begin, i_end); });
+    });
   });
 }
 
