@@ -415,6 +415,10 @@ TEST(FinalizeRoutingV2Grad, BitIdenticalAcrossSimdTargetsAndThreads) {
       .TestDeterminism(DType::kFloat32);
   FinalizeRoutingV2GradTester().tokens(256).hidden(2048).topk(4).mode(1).experts(8).capacity(120).seed(8)
       .TestDeterminism(DType::kBFloat16);
+  // fp32 scales without bias, drop-and-pad (a DeepSeek-V3 layer's mode 1): the token walk that takes each vector
+  // pair in turn on some cores (TokenPairStepInTurn).
+  FinalizeRoutingV2GradTester().tokens(256).hidden(2048).topk(4).mode(1).experts(8).capacity(120).seed(12)
+      .TestDeterminism(DType::kFloat32);
   // More than half of the 2400 rows unwritten (about 5 MiB of zero rows): chunks of them from a second queue.
   FinalizeRoutingV2GradTester().tokens(256).hidden(2048).topk(4).mode(1).experts(8).capacity(300).seed(11)
       .TestDeterminism(DType::kBFloat16);
@@ -459,45 +463,51 @@ TEST(FinalizeRoutingV2Grad, FewTokensSplitPairs) {
 // with terms 2^24 at column c, -2^24 at c + 4 and 1 at c + 8 (c % 16 < 4), the fold gives (2^24 + 1) + -2^24
 // = 0 (2^24 + 1 rounds to 2^24), where a left-to-right sum, or partials in another lane order, gives 1. The
 // same for the three dtypes (and weights in another dtype than the rows), rows walked whole or in steps with a
-// tail, strided rows (padded views, the element-by-element path), and every thread count.
+// tail, strided rows (padded views, the element-by-element path), with and without bias (the f32 token walk
+// without bias takes each vector pair in turn on some cores: TokenPairStepInTurn), and every thread count.
 TEST(FinalizeRoutingV2Grad, DotPartialSumsInTheDocumentedOrderOnEveryTarget) {
   for (const DTypes& d : {kEveryDTypes[0], kEveryDTypes[1], kEveryDTypes[2], DTypes{DType::kBFloat16, DType::kFloat32},
                           DTypes{DType::kFloat16, DType::kBFloat16}, DTypes{DType::kFloat32, DType::kFloat16}}) {
     for (const auto& [hidden, layout] : {std::pair{int64_t{256}, Layout::kContiguous},
                                          std::pair{int64_t{200}, Layout::kContiguous},
                                          std::pair{int64_t{200}, Layout::kPadded}}) {
-      SCOPED_TRACE(DTypesName(d) + " H " + std::to_string(hidden) + " " + LayoutName(layout));
-      FinalizeRoutingV2GradCase c =
-          FinalizeRoutingV2GradTester().tokens(24).hidden(hidden).topk(4).bias(true).layout(layout).seed(7)
-              .Build(d);
-      // gradY 2^12 everywhere, bias 0; pair i's expandedX row holds 2^12, -2^12 and 2^-12 (terms 2^24, -2^24,
-      // 1) at columns c, c + 4, c + 8 with c = 16 * (i % 12) + i % 4 (a column past 128, the 16-bit token step,
-      // for i % 12 >= 8), zero elsewhere. All of these are exact in every dtype.
-      for (int64_t j = 0; j < c.grad_y->numel(); ++j) c.grad_y->SetF(j, 4096.0f);
-      for (int64_t j = 0; j < c.bias->numel(); ++j) c.bias->SetF(j, 0.0f);
-      for (int64_t j = 0; j < c.expanded_x->numel(); ++j) c.expanded_x->SetF(j, 0.0f);
-      const int64_t pairs = c.expanded_row_idx->numel();
-      for (int64_t i = 0; i < pairs; ++i) {
-        const int64_t row = c.expanded_row_idx->GetI(i);
-        const int64_t col = 16 * (i % 12) + i % 4;
-        c.expanded_x->SetF(row * hidden + col, 4096.0f);
-        c.expanded_x->SetF(row * hidden + col + 4, -4096.0f);
-        c.expanded_x->SetF(row * hidden + col + 8, 1.0f / 4096.0f);
-      }
-      const FinalizeRoutingV2GradCase before = c;
-      const std::vector<std::string> targets = ForEachSimdTarget([&] {
-        for (int threads : {1, 2, 3}) {
-          SetNumThreads(threads);
-          FinalizeRoutingV2GradCase run = before;
-          ASSERT_EQ(AclFinalizeRoutingV2GradCall(run.Call()).Run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
-          for (int64_t i = 0; i < pairs; ++i) {
-            ASSERT_EQ(run.grad_scales->GetF(i), 0.0f)
-                << "pair " << i << " on " << SimdTarget() << " with " << threads << " threads";
-          }
+      for (const bool bias : {true, false}) {
+        SCOPED_TRACE(DTypesName(d) + " H " + std::to_string(hidden) + " " + LayoutName(layout) +
+                     (bias ? " bias" : " no bias"));
+        FinalizeRoutingV2GradCase c =
+            FinalizeRoutingV2GradTester().tokens(24).hidden(hidden).topk(4).bias(bias).pass_expert_idx(true)
+                .layout(layout).seed(7).Build(d);
+        // gradY 2^12 everywhere, bias 0; pair i's expandedX row holds 2^12, -2^12 and 2^-12 (terms 2^24, -2^24,
+        // 1) at columns c, c + 4, c + 8 with c = 16 * (i % 12) + i % 4 (a column past 128, the 16-bit token step,
+        // for i % 12 >= 8), zero elsewhere. All of these are exact in every dtype.
+        for (int64_t j = 0; j < c.grad_y->numel(); ++j) c.grad_y->SetF(j, 4096.0f);
+        if (c.bias) {
+          for (int64_t j = 0; j < c.bias->numel(); ++j) c.bias->SetF(j, 0.0f);
         }
-      });
-      SetNumThreads(0);
-      EXPECT_GE(targets.size(), 1u);
+        for (int64_t j = 0; j < c.expanded_x->numel(); ++j) c.expanded_x->SetF(j, 0.0f);
+        const int64_t pairs = c.expanded_row_idx->numel();
+        for (int64_t i = 0; i < pairs; ++i) {
+          const int64_t row = c.expanded_row_idx->GetI(i);
+          const int64_t col = 16 * (i % 12) + i % 4;
+          c.expanded_x->SetF(row * hidden + col, 4096.0f);
+          c.expanded_x->SetF(row * hidden + col + 4, -4096.0f);
+          c.expanded_x->SetF(row * hidden + col + 8, 1.0f / 4096.0f);
+        }
+        const FinalizeRoutingV2GradCase before = c;
+        const std::vector<std::string> targets = ForEachSimdTarget([&] {
+          for (int threads : {1, 2, 3}) {
+            SetNumThreads(threads);
+            FinalizeRoutingV2GradCase run = before;
+            ASSERT_EQ(AclFinalizeRoutingV2GradCall(run.Call()).Run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+            for (int64_t i = 0; i < pairs; ++i) {
+              ASSERT_EQ(run.grad_scales->GetF(i), 0.0f)
+                  << "pair " << i << " on " << SimdTarget() << " with " << threads << " threads";
+            }
+          }
+        });
+        SetNumThreads(0);
+        EXPECT_GE(targets.size(), 1u);
+      }
     }
   }
 }

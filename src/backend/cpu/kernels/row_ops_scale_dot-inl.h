@@ -220,6 +220,39 @@ HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
   for (size_t i = 0; i < kVecs; i += 2) LoadPair(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
 }
 
+// Whether f32 pairs take TokenPairStepInTurn on this CPU: AVX2 code on AMD's Zen 3 and later (WideTokenStepsOn
+// in cpu_id.h), where it was measured; elsewhere the order of the first pass, whose loads before stores were
+// a third faster on an Intel core (docs/performance.md, "Loads before stores").
+HWY_INLINE bool PairStepsInTurn() {
+#if HWY_TARGET == HWY_AVX2
+  static const bool in_turn = WideTokenStepsOn(ThisCpu().vendor, ThisCpu().family);
+  return in_turn;
+#else
+  return false;
+#endif
+}
+
+// TokenPairStep for an f32 pair with x and out and no bias, in its plain or fused form: each vector pair's
+// load, its two dot terms and its two products' store in turn, rather than the step's loads, then its dot
+// terms, then its stores. The same operations on every element and the same order of each partial sum, so the
+// same bits. On an AMD EPYC Zen 3 guest the combine gradient and the finalize gradient's drop-and-pad rows
+// gained 15-16 points of copy in f32 (docs/performance.md, "A pair's step in turn"); 16-bit rows, which widen
+// and round in between, showed no gain and keep the grouped order.
+template <bool kStream, int kForm, bool kShort, typename T>
+HWY_INLINE void TokenPairStepInTurn(const VF* gv, const TokenPairRows<T>& p, int64_t j, VF* acc) {
+  constexpr size_t kSteps = TokenStepVecs<T, kShort>();
+  constexpr size_t kVecs = 16 / hn::MaxLanes(DF());
+  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+  const VF vs = hn::Set(DF(), p.s);
+  for (size_t i = 0; i < kSteps; i += 2) {
+    VF v0, v1;
+    LoadPair(p.x + j + static_cast<int64_t>(i) * kL, &v0, &v1);
+    acc[i % kVecs] = hn::Add(acc[i % kVecs], Product<kForm>(v0, gv[i]));
+    acc[(i + 1) % kVecs] = hn::Add(acc[(i + 1) % kVecs], Product<kForm>(v1, gv[i + 1]));
+    PutPair<kStream>(Product<kForm>(gv[i], vs), Product<kForm>(gv[i + 1], vs), p.out + j + static_cast<int64_t>(i) * kL);
+  }
+}
+
 // One step (TokenStep) of one pair, gv the step's gradY columns (cgv their BelowNormalAddend and kgv their
 // BF16GridAddend, read only by kNoAssist, whose products take one test per step: MulNoAssistN,
 // PutScaleNoAssistN): the dot's 16 partial sums acc take (x + b) * g
@@ -229,11 +262,17 @@ HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
 // bf16 on AVX-512).
 template <bool kStream, bool kDot, int kForm, bool kShort, typename T>
 HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const VF* kgv, const TokenPairRows<T>& p, int64_t j,
-                              VF* acc) {
+                              VF* acc, bool in_turn = false) {
   constexpr size_t kSteps = TokenStepVecs<T, kShort>();
   constexpr size_t kVecs = 16 / hn::MaxLanes(DF());
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
   const DF d;
+  if constexpr (kDot && kForm != kNoAssist && sizeof(T) == 4) {
+    if (in_turn && p.x != nullptr && p.b == nullptr && p.out != nullptr) {
+      TokenPairStepInTurn<kStream, kForm, kShort>(gv, p, j, acc);
+      return;
+    }
+  }
   if (kDot && (p.x != nullptr || p.b != nullptr)) {
     VF v[kSteps];
     const T* first = p.x != nullptr ? p.x : p.b;
@@ -290,6 +329,7 @@ HWY_NOINLINE int64_t ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, con
   constexpr size_t kLanes = hn::MaxLanes(DF());
   constexpr size_t kVecs = 16 / kLanes;
   const DF d;
+  const bool in_turn = sizeof(T) == 4 && PairStepsInTurn();
   VF acc[kTokenGroup][kVecs];
   for (int64_t m = 0; m < count; ++m) {
     if (kDot && begin > 0) {
@@ -319,7 +359,9 @@ HWY_NOINLINE int64_t ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, con
       kgv[i] = gv[i];
 #endif
     }
-    for (int64_t m = 0; m < count; ++m) TokenPairStep<kStream, kDot, kForm, kShort>(gv, cgv, kgv, pairs[m], j, acc[m]);
+    for (int64_t m = 0; m < count; ++m) {
+      TokenPairStep<kStream, kDot, kForm, kShort>(gv, cgv, kgv, pairs[m], j, acc[m], in_turn);
+    }
     j += kStep;
     if (kForm != kNoAssist && probe != nullptr && j == begin + kStep) {
       probe->Poll();
