@@ -235,9 +235,10 @@ HWY_INLINE bool PairStepsInTurn() {
 // TokenPairStep for an f32 pair with x and out and no bias, in its plain or fused form: each vector pair's
 // load, its two dot terms and its two products' store in turn, rather than the step's loads, then its dot
 // terms, then its stores. The same operations on every element and the same order of each partial sum, so the
-// same bits. On an AMD EPYC Zen 3 guest the combine gradient and the finalize gradient's drop-and-pad rows
-// gained 15-16 points of copy in f32 (docs/performance.md, "A pair's step in turn"); 16-bit rows, which widen
-// and round in between, showed no gain and keep the grouped order.
+// same bits. On an AMD EPYC Zen 3 guest the f32 combine gradient and the finalize gradient's drop-and-pad rows
+// gained 4-16 points of copy on three model shapes (docs/performance.md, "A pair's step in turn"); rows with
+// bias gained nothing (they wait on the bias table), 16-bit rows, which widen and round in between, showed no
+// gain, and both keep the grouped order.
 template <bool kStream, int kForm, bool kShort, typename T>
 HWY_INLINE void TokenPairStepInTurn(const VF* gv, const TokenPairRows<T>& p, int64_t j, VF* acc) {
   constexpr size_t kSteps = TokenStepVecs<T, kShort>();
@@ -245,11 +246,12 @@ HWY_INLINE void TokenPairStepInTurn(const VF* gv, const TokenPairRows<T>& p, int
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
   const VF vs = hn::Set(DF(), p.s);
   for (size_t i = 0; i < kSteps; i += 2) {
+    const int64_t o = j + static_cast<int64_t>(i) * kL;
     VF v0, v1;
-    LoadPair(p.x + j + static_cast<int64_t>(i) * kL, &v0, &v1);
+    LoadPair(p.x + o, &v0, &v1);
     acc[i % kVecs] = hn::Add(acc[i % kVecs], Product<kForm>(v0, gv[i]));
     acc[(i + 1) % kVecs] = hn::Add(acc[(i + 1) % kVecs], Product<kForm>(v1, gv[i + 1]));
-    PutPair<kStream>(Product<kForm>(gv[i], vs), Product<kForm>(gv[i + 1], vs), p.out + j + static_cast<int64_t>(i) * kL);
+    PutPair<kStream>(Product<kForm>(gv[i], vs), Product<kForm>(gv[i + 1], vs), p.out + o);
   }
 }
 
