@@ -691,7 +691,7 @@ HWY_NOINLINE void TestScaleDotToken() {
       const bool short_step = xb != 0;
       const int64_t step = TokenStep<T>(short_step);
       const int64_t end = n / step * step;
-      for (int64_t count : {int64_t{1}, int64_t{3}, kTokenGroup}) {
+      for (int64_t count : {int64_t{1}, int64_t{2}, int64_t{3}, kTokenGroup}) {
         for (int scaled = 0; scaled < 2; ++scaled) {   // with scales (dots), without (copies only)
           for (int aligned = 0; aligned < 2; ++aligned) {  // outs start a cache line (streaming possible)
             for (int form = 0; form < 18; ++form) {  // stores streamed or not; Mul, FMA, MulNoAssist; values

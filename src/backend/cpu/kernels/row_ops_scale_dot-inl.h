@@ -220,13 +220,14 @@ HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
   for (size_t i = 0; i < kVecs; i += 2) LoadPair(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
 }
 
-// Whether f32 pairs take TokenPairStepInTurn on this CPU: AVX2 code on AMD's Zen 3 and later (WideTokenStepsOn
-// in cpu_id.h), where it was measured; elsewhere the order of the first pass, whose loads before stores were
-// a third faster on an Intel core (docs/performance.md, "Loads before stores").
-HWY_INLINE bool PairStepsInTurn() {
+// Whether the token walk takes the pair order measured on AMD's Zen 3 (AVX2 code on family 0x19 and later,
+// WideTokenStepsOn in cpu_id.h): the f32 pairs of a token a step apart (ScaleDotToken), each pair's step in
+// turn (TokenPairStepInTurn). Elsewhere the order of the first pass, whose loads before stores were a third
+// faster on an Intel core (docs/performance.md, "Loads before stores"); neither order is measured there.
+HWY_INLINE bool ZenPairOrder() {
 #if HWY_TARGET == HWY_AVX2
-  static const bool in_turn = WideTokenStepsOn(ThisCpu().vendor, ThisCpu().family);
-  return in_turn;
+  static const bool zen = WideTokenStepsOn(ThisCpu().vendor, ThisCpu().family);
+  return zen;
 #else
   return false;
 #endif
@@ -257,11 +258,11 @@ HWY_INLINE void TokenPairStepInTurn(const VF* gv, const TokenPairRows<T>& p, int
 
 // One step (TokenStep) of one pair, gv the step's gradY columns (cgv their BelowNormalAddend and kgv their
 // BF16GridAddend, read only by kNoAssist, whose products take one test per step: MulNoAssistN,
-// PutScaleNoAssistN): the dot's 16 partial sums acc take (x + b) * g
-// column block by column block (x, b as present), then out = rne(g * s); all loads of the step come before
-// its stores (rows of different pairs often share their address bits below 4 KiB, and a load behind a store
-// to such an address waits for it). Rows move two vectors at a time (LoadPair, PutPair: whole cache lines of
-// bf16 on AVX-512).
+// PutScaleNoAssistN): the dot's 16 partial sums acc take (x + b) * g column block by column block (x, b as
+// present), then out = rne(g * s); all loads of the step come before its stores (rows of different pairs often
+// share their address bits below 4 KiB, and a load behind a store to such an address waits for it; with
+// ZenPairOrder f32 pairs are a step apart instead, ScaleDotToken). Rows move two vectors at a time (LoadPair,
+// PutPair: whole cache lines of bf16 on AVX-512).
 template <bool kStream, bool kDot, int kForm, bool kShort, typename T>
 HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const VF* kgv, const TokenPairRows<T>& p, int64_t j,
                               VF* acc, bool in_turn = false) {
@@ -331,7 +332,7 @@ HWY_NOINLINE int64_t ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, con
   constexpr size_t kLanes = hn::MaxLanes(DF());
   constexpr size_t kVecs = 16 / kLanes;
   const DF d;
-  const bool in_turn = sizeof(T) == 4 && PairStepsInTurn();
+  const bool in_turn = sizeof(T) == 4 && ZenPairOrder();
   VF acc[kTokenGroup][kVecs];
   for (int64_t m = 0; m < count; ++m) {
     if (kDot && begin > 0) {
@@ -340,19 +341,9 @@ HWY_NOINLINE int64_t ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, con
       for (size_t q = 0; q < kVecs; ++q) acc[m][q] = hn::Zero(d);
     }
   }
-  int64_t j = begin;
-  while (j < end) {
-    for (int64_t o = j + kAhead; o < j + kAhead + kStep; o += kLine) {
-      PrefetchAhead(g, g_next, o, n);
-      for (int64_t m = 0; m < count; ++m) {
-        if (pairs[m].x != nullptr) PrefetchAhead(pairs[m].x, pairs[m].x_next, o, n);
-        if (pairs[m].prefetch_b) PrefetchAhead(pairs[m].b, pairs[m].b_next, o, n);
-      }
-    }
-    VF gv[kStepVecs];
-    LoadTokenStep<T, kShort>(g, j, gv);
-    VF cgv[kStepVecs];
-    VF kgv[kStepVecs];
+  // The step's gradY columns from column c, and their addends (kNoAssist).
+  auto load_step = [&](int64_t c, VF* gv, VF* cgv, VF* kgv) HWY_ATTR {
+    LoadTokenStep<T, kShort>(g, c, gv);
     for (size_t i = 0; i < kStepVecs; ++i) {
       cgv[i] = kForm == kNoAssist ? BelowNormalAddend(gv[i]) : gv[i];
 #if MOEGRAD_ROW_OPS_BF16_GRID
@@ -361,14 +352,63 @@ HWY_NOINLINE int64_t ScaleDotToken(const T* HWY_RESTRICT g, const T* g_next, con
       kgv[i] = gv[i];
 #endif
     }
+  };
+  auto prefetch_step = [&](int64_t c) HWY_ATTR {
+    for (int64_t o = c + kAhead; o < c + kAhead + kStep; o += kLine) {
+      PrefetchAhead(g, g_next, o, n);
+      for (int64_t m = 0; m < count; ++m) {
+        if (pairs[m].x != nullptr) PrefetchAhead(pairs[m].x, pairs[m].x_next, o, n);
+        if (pairs[m].prefetch_b) PrefetchAhead(pairs[m].b, pairs[m].b_next, o, n);
+      }
+    }
+  };
+  // With ZenPairOrder f32 pairs walk a step apart: pair m takes step st - m of the row while pair 0 takes step
+  // st, each from its own load of gradY's columns. Rows of 28 KiB (H = 7168), 16 KiB or 8 KiB share their
+  // address bits below 4 KiB at the same column, so that in step with each other every load of pair m + 1
+  // follows a store of pair m to an address with the same low 12 bits, and waits for it (4K aliasing); a step
+  // apart they never meet. Each pair's columns keep their order: the same sums, the same bits. On an AMD EPYC
+  // Zen 3 guest DeepSeek-V3's f32 finalize gradient went from 57% of copy to 85% with bias and from 85% to 100%
+  // without, its combine gradient from 80-85% to 96-97%; 16-bit rows (whose gradY columns are widened again
+  // for each pair) gained in one series and not in the next (docs/performance.md, "The pairs a step apart") and
+  // stay in step. The first step of a probed walk stays in step too (the probe may stop the walk after it).
+  const bool skew = sizeof(T) == 4 && count > 1 && ZenPairOrder();
+  bool stopped = false;
+  int64_t j = begin;
+  while (j < end) {
+    if (skew && (probe == nullptr || j > begin)) break;
+    prefetch_step(j);
+    VF gv[kStepVecs];
+    VF cgv[kStepVecs];
+    VF kgv[kStepVecs];
+    load_step(j, gv, cgv, kgv);
     for (int64_t m = 0; m < count; ++m) {
       TokenPairStep<kStream, kDot, kForm, kShort>(gv, cgv, kgv, pairs[m], j, acc[m], in_turn);
     }
     j += kStep;
     if (kForm != kNoAssist && probe != nullptr && j == begin + kStep) {
       probe->Poll();
-      if (probe->seen()) break;
+      if (probe->seen()) {
+        stopped = true;
+        break;
+      }
     }
+  }
+  if (skew && !stopped && j < end) {
+    const int64_t steps = (end - j) / kStep;
+    for (int64_t st = 0; st < steps + count - 1; ++st) {
+      if (st < steps) prefetch_step(j + st * kStep);
+      for (int64_t m = 0; m < count; ++m) {
+        const int64_t sm = st - m;
+        if (sm < 0 || sm >= steps) continue;
+        const int64_t c = j + sm * kStep;
+        VF gv[kStepVecs];
+        VF cgv[kStepVecs];
+        VF kgv[kStepVecs];
+        load_step(c, gv, cgv, kgv);
+        TokenPairStep<kStream, kDot, kForm, kShort>(gv, cgv, kgv, pairs[m], c, acc[m], in_turn);
+      }
+    }
+    j = end;
   }
   if (kDot) {
     for (int64_t m = 0; m < count; ++m) PairPartials<T>(acc[m], part[m]);
