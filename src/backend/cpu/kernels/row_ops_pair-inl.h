@@ -176,6 +176,29 @@ HWY_INLINE void PutPair(VF v0, VF v1, hwy::float16_t* p) {
 #endif
 #endif
 
+// LoadPair as one load of the pair's whole bytes, for the token walks (row_ops_scale_dot-inl.h), whose loads
+// follow stores of 32 bytes to rows that often share their address bits below 4 KiB. It is LoadPair but for
+// fp16 on AVX2, where LoadPair converts each half straight from memory (two 16-byte loads) and this one loads
+// the 32 bytes once and converts the halves from the register: the same values. On an AMD EPYC Zen 3 guest the
+// fp16 gradients' walks gained 3-10 points of copy on Qwen3-30B-A3B and DeepSeek-V3, while the sum walks
+// (LoadPairLanes, no such stores before their loads) lost 2-12 with it and keep LoadPair (docs/performance.md,
+// "fp16 rows loaded whole").
+template <typename T>
+HWY_INLINE void LoadPairWhole(const T* p, VF* v0, VF* v1) {
+  LoadPair(p, v0, v1);
+}
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2 && MOEGRAD_ROW_OPS_F16C
+HWY_INLINE void LoadPairWhole(const hwy::float16_t* p, VF* v0, VF* v1) {
+  __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+#if defined(__GNUC__) || defined(__clang__)
+  // Keeps the load whole: clang would fold the two halves back into two 16-byte vcvtph2ps loads.
+  __asm__("" : "+x"(raw));
+#endif
+  v0->raw = _mm256_cvtph_ps(_mm256_castsi256_si128(raw));
+  v1->raw = _mm256_cvtph_ps(_mm256_extracti128_si256(raw, 1));
+}
+#endif
+
 #undef MOEGRAD_ROW_OPS_BF16_GRID  // per target
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 #define MOEGRAD_ROW_OPS_BF16_GRID 1

@@ -217,7 +217,7 @@ HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
   constexpr size_t kVecs = TokenStepVecs<T, kShort>();
   static_assert(kVecs % 2 == 0, "a step is a whole number of vector pairs");
-  for (size_t i = 0; i < kVecs; i += 2) LoadPair(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
+  for (size_t i = 0; i < kVecs; i += 2) LoadPairWhole(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
 }
 
 // Whether the token walk takes the pair order measured on AMD's Zen 3 (AVX2 code on family 0x19 and later,
@@ -279,7 +279,7 @@ HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const VF* kgv, const 
   if (kDot && (p.x != nullptr || p.b != nullptr)) {
     VF v[kSteps];
     const T* first = p.x != nullptr ? p.x : p.b;
-    for (size_t i = 0; i < kSteps; i += 2) LoadPair(first + j + static_cast<int64_t>(i) * kL, &v[i], &v[i + 1]);
+    for (size_t i = 0; i < kSteps; i += 2) LoadPairWhole(first + j + static_cast<int64_t>(i) * kL, &v[i], &v[i + 1]);
     if (p.x != nullptr && p.b != nullptr) {
       for (size_t i = 0; i < kSteps; i += 2) {
         VF b0, b1;
