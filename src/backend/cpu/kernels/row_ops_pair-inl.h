@@ -180,9 +180,9 @@ HWY_INLINE void PutPair(VF v0, VF v1, hwy::float16_t* p) {
 // follow stores of 32 bytes to rows that often share their address bits below 4 KiB. It is LoadPair but for
 // fp16 on AVX2, where LoadPair converts each half straight from memory (two 16-byte loads) and this one loads
 // the 32 bytes once and converts the halves from the register: the same values. On an AMD EPYC Zen 3 guest the
-// fp16 gradients' walks gained 3-10 points of copy on Qwen3-30B-A3B and DeepSeek-V3, while the sum walks
-// (LoadPairLanes, no such stores before their loads) lost 2-12 with it and keep LoadPair (docs/performance.md,
-// "fp16 rows loaded whole").
+// fp16 gradients' walks without bias gained 3-10 points of copy on Qwen3-30B-A3B and DeepSeek-V3, while the sum
+// walks (LoadPairLanes, no such stores before their loads) lost up to 12 with it and keep LoadPair
+// (docs/performance.md, "fp16 rows loaded whole").
 template <typename T>
 HWY_INLINE void LoadPairWhole(const T* p, VF* v0, VF* v1) {
   LoadPair(p, v0, v1);
