@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "src/backend/cpu/kernels/row_ops-inl.h"
@@ -176,18 +177,26 @@ HWY_INLINE void PutPair(VF v0, VF v1, hwy::float16_t* p) {
 #endif
 #endif
 
-// LoadPair as one load of the pair's whole bytes, for the token walks (row_ops_scale_dot-inl.h), whose loads
-// follow stores of 32 bytes to rows that often share their address bits below 4 KiB. It is LoadPair but for
-// fp16 on AVX2, where LoadPair converts each half straight from memory (two 16-byte loads) and this one loads
-// the 32 bytes once and converts the halves from the register: the same values. On an AMD EPYC Zen 3 guest the
-// fp16 gradients' walks without bias gained 3-10 points of copy on Qwen3-30B-A3B and DeepSeek-V3, while the sum
-// walks (LoadPairLanes, no such stores before their loads) lost up to 12 with it and keep LoadPair
-// (docs/performance.md, "fp16 rows loaded whole").
-template <typename T>
+// LoadPair in the form the token walks take (row_ops_scale_dot-inl.h), whose loads follow stores of 32 bytes to
+// rows that often share their address bits below 4 KiB; kShort is the walk of cores other than AMD's family 0x19
+// and later (ShortTokenStep). It is LoadPair but:
+// - for fp16 on AVX2, where LoadPair converts each half straight from memory (two 16-byte loads) and this one
+//   loads the 32 bytes once and converts the halves from the register. On an AMD EPYC Zen 3 guest the fp16
+//   gradients' walks without bias gained 3-10 points of copy on Qwen3-30B-A3B and DeepSeek-V3, while the sum
+//   walks (LoadPairLanes, no such stores before their loads) lost up to 12 with it and keep LoadPair
+//   (docs/performance.md, "fp16 rows loaded whole").
+// - for bf16 on AVX-512 on AMD's cores (not kShort): each half of the line loaded and widened by a zero
+//   extension and a shift rather than the whole line by two word permutations. On an AMD EPYC Zen 4 guest the
+//   bf16 gradients' token walks gained 2-17 points of copy (docs/performance.md, "bf16 rows widened by halves
+//   on Zen 4"); the word permutations stay where they were measured faster (an Intel core, "bf16 rows with
+//   AVX-512BW" above).
+// Every form gives the same values.
+template <bool kShort, typename T>
 HWY_INLINE void LoadPairWhole(const T* p, VF* v0, VF* v1) {
   LoadPair(p, v0, v1);
 }
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2 && MOEGRAD_ROW_OPS_F16C
+template <bool kShort>
 HWY_INLINE void LoadPairWhole(const hwy::float16_t* p, VF* v0, VF* v1) {
   __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 #if defined(__GNUC__) || defined(__clang__)
@@ -198,6 +207,27 @@ HWY_INLINE void LoadPairWhole(const hwy::float16_t* p, VF* v0, VF* v1) {
   v1->raw = _mm256_cvtph_ps(_mm256_extracti128_si256(raw, 1));
 }
 #endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+template <bool kShort>
+HWY_INLINE void LoadPairWhole(const hwy::bfloat16_t* p, VF* v0, VF* v1) {
+  if constexpr (kShort) {
+    LoadPair(p, v0, v1);
+  } else {
+    const __m256i* half = reinterpret_cast<const __m256i*>(p);
+    v0->raw = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(half)), 16));
+    v1->raw = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(half + 1)), 16));
+  }
+}
+#endif
+// Whether LoadPairWhole<true, T> and LoadPairWhole<false, T> differ on this target.
+template <typename T>
+constexpr bool LoadPairWholeForms() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return std::is_same_v<T, hwy::bfloat16_t>;
+#else
+  return false;
+#endif
+}
 
 #undef MOEGRAD_ROW_OPS_BF16_GRID  // per target
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3

@@ -184,7 +184,8 @@ constexpr int64_t TokenStep(bool short_step = false) {
   if (sizeof(T) == 2 && kLanes < 16) return (short_step || kLanes < 8 ? 64 : 128) / 2;
   return 256 / static_cast<int64_t>(sizeof(T));
 }
-// Whether the 16-bit walks take the short step on this CPU (TokenStep's short_step).
+// Whether the 16-bit walks take the short step on this CPU (TokenStep's short_step); on AVX-512, where both steps
+// are the same, whether the token walks widen bf16 rows by word permutations (LoadPairWhole's kShort form).
 HWY_INLINE bool ShortTokenStep() {
   static const bool wide = WideTokenStepsOn(ThisCpu().vendor, ThisCpu().family);
   return !wide;
@@ -217,7 +218,7 @@ HWY_INLINE void LoadTokenStep(const T* HWY_RESTRICT g, int64_t j, VF* gv) {
   constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
   constexpr size_t kVecs = TokenStepVecs<T, kShort>();
   static_assert(kVecs % 2 == 0, "a step is a whole number of vector pairs");
-  for (size_t i = 0; i < kVecs; i += 2) LoadPairWhole(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
+  for (size_t i = 0; i < kVecs; i += 2) LoadPairWhole<kShort>(g + j + static_cast<int64_t>(i) * kL, &gv[i], &gv[i + 1]);
 }
 
 // Whether the token walk takes the pair order measured on AMD's Zen 3 (AVX2 code on family 0x19 and later,
@@ -279,7 +280,9 @@ HWY_INLINE void TokenPairStep(const VF* gv, const VF* cgv, const VF* kgv, const 
   if (kDot && (p.x != nullptr || p.b != nullptr)) {
     VF v[kSteps];
     const T* first = p.x != nullptr ? p.x : p.b;
-    for (size_t i = 0; i < kSteps; i += 2) LoadPairWhole(first + j + static_cast<int64_t>(i) * kL, &v[i], &v[i + 1]);
+    for (size_t i = 0; i < kSteps; i += 2) {
+      LoadPairWhole<kShort>(first + j + static_cast<int64_t>(i) * kL, &v[i], &v[i + 1]);
+    }
     if (p.x != nullptr && p.b != nullptr) {
       for (size_t i = 0; i < kSteps; i += 2) {
         VF b0, b1;
@@ -445,7 +448,7 @@ template <typename T, bool kDot>
 HWY_INLINE int64_t ScaleDotTokenAny(bool stream, int form, const T* HWY_RESTRICT g, const T* g_next,
                                     const TokenPairRows<T>* pairs, int64_t count, int64_t begin, int64_t end,
                                     int64_t n, float (*part)[16], UnderflowWatch* probe, bool short_step = false) {
-  if (short_step && TokenStep<T>(true) != TokenStep<T>(false)) {
+  if (short_step && (TokenStep<T>(true) != TokenStep<T>(false) || LoadPairWholeForms<T>())) {
     return ScaleDotTokenStep<T, kDot, true>(stream, form, g, g_next, pairs, count, begin, end, n, part, probe);
   }
   return ScaleDotTokenStep<T, kDot, false>(stream, form, g, g_next, pairs, count, begin, end, n, part, probe);
