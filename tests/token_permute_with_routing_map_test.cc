@@ -173,18 +173,22 @@ TEST(TokenPermuteWithRoutingMap, HandComputed) {
   }
 }
 
-// Decode sizes in drop-and-pad mode: one or two tokens fill every expert's slot, so the threads split the
-// columns of the rows instead of the tokens; rows on and off 64-byte lines, and (E = 320, H = 7168) streaming
-// stores.
-TEST(TokenPermuteWithRoutingMap, FewTokensSplitColumns) {
+// Decode sizes: one or two tokens fill every expert's slot (drop-and-pad) or one token is all of the work
+// (dropless), so the threads split the (token, row) positions instead of the tokens, a token's rows between
+// threads; rows on and off 64-byte lines, strided views, and (E = 320, H = 7168) streaming stores.
+TEST(TokenPermuteWithRoutingMap, FewTokensSplitRows) {
   uint64_t seed = 1300;
   for (int64_t T : {1, 2}) {
     for (int64_t H : {4096, 2085}) {
       for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
         TokenPermuteWithRoutingMapTester().tokens(T).experts(64).capacity(1).drop_and_pad(true).hidden(H)
             .seed(seed++).all_targets(true).Test(dt);
+        TokenPermuteWithRoutingMapTester().tokens(T).experts(64).topk(8).hidden(H).seed(seed++).all_targets(true)
+            .Test(dt);
       }
     }
+    TokenPermuteWithRoutingMapTester().tokens(T).experts(64).capacity(1).drop_and_pad(true).hidden(257)
+        .layout(Layout::kTransposed, Layout::kPadded).seed(seed++).all_targets(true).Test(DType::kFloat16);
   }
   TokenPermuteWithRoutingMapTester().tokens(1).experts(320).capacity(1).drop_and_pad(true).hidden(7168)
       .seed(seed++).all_targets(true).Test(DType::kFloat32);

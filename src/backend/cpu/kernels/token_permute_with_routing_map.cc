@@ -40,7 +40,6 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
     heaviest = 1 + internal::BuildInverseIndex(
                        p.tokens, N, [&](int64_t q) { return int64_t{s.src[q]}; }, s.token_offsets, s.token_slots);
   }
-  auto count_of = [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t + 1] - s.token_offsets[t] : K; };
   auto row_of = [&](int64_t t, int64_t m) -> int64_t {
     return p.drop_and_pad ? s.token_slots[s.token_offsets[t] + m] : p.sorted_indices.At<const int32_t>(t * K + m);
   };
@@ -79,52 +78,61 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
     // Permuted token rows in token order: each token row is read once and written to all its rows. Chunks of
     // tokens of about equal rows moved (the token's own row plus those it is copied to), taken as each thread
     // finishes its last (ChunkQueue); where one token is copied to more rows than a part's share (drop-and-pad
-    // at decode sizes), columns [j0, j1) of every token instead. Only then: with columns split, every thread
-    // walks the pages of every destination row (a TLB miss and a prefetcher restart each), which cost more
-    // than a token range half a share uneven (16 tokens: 379 -> 437 us, bf16) where only the reductions'
-    // threads idled.
+    // at decode sizes), equal shares of the (token, row) positions instead, whole rows each: a token's rows
+    // then split between threads, each of which reads the token's row. Whole rows rather than columns of every
+    // row, which made every thread walk the pages of every destination row (a TLB miss and a prefetcher
+    // restart each): DeepSeek-V3's one-token drop-and-pad call at 47% of copy rather than 24%
+    // (docs/performance.md, "Decode sizes").
     constexpr int64_t kMaxDsts = 64;
     char* dsts[kMaxDsts];
-    auto copy_tokens = [&](int64_t t0, int64_t t1, int64_t j0, int64_t j1) {
-      const RowView src_tokens = p.src_tokens.FromColumn<T>(j0), dst_tokens = p.dst_tokens.FromColumn<T>(j0);
-      const int64_t n_cols = j1 - j0;
-      for (int64_t t = t0; t < t1 && n_cols > 0; ++t) {
-        const int64_t count = count_of(t);
-        const T* src = src_tokens.Row<const T>(t);
-        if (!stream) {
-          for (int64_t m = 0; m < count; ++m) {
-            CopyRow<T>(src, src_tokens.col_stride, dst_tokens.Row<T>(row_of(t, m)), dst_tokens.col_stride, n_cols);
-          }
-          continue;
+    // The first position of token t's rows (row m of token t is position first(t) + m).
+    auto first = [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t] : t * K; };
+    // Rows [m_begin, m_end) of token t; with streaming stores, `next` (the next token row to be read, or null)
+    // is prefetched during them.
+    auto copy_rows = [&](int64_t t, int64_t m_begin, int64_t m_end, const T* next) {
+      const T* src = p.src_tokens.Row<const T>(t);
+      if (!stream) {
+        for (int64_t m = m_begin; m < m_end; ++m) {
+          CopyRow<T>(src, p.src_tokens.col_stride, p.dst_tokens.Row<T>(row_of(t, m)), p.dst_tokens.col_stride, H);
         }
-        // A token no expert takes (drop-and-pad) is not read; the row prefetched during a token's copies is
-        // the next token that is.
-        if (count == 0) continue;
+        return;
+      }
+      // Destinations a batch at a time; a row that does not start on 16 bytes is copied with memcpy.
+      for (int64_t m0 = m_begin; m0 < m_end; m0 += kMaxDsts) {
+        int64_t n = 0;
+        for (int64_t m = m0; m < std::min(m_end, m0 + kMaxDsts); ++m) {
+          T* dst = p.dst_tokens.Row<T>(row_of(t, m));
+          if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) dsts[n++] = reinterpret_cast<char*>(dst);
+          else CopyRow<T>(src, 1, dst, 1, H);
+        }
+        StreamCopyToMany(reinterpret_cast<const char*>(src),
+                         m0 + kMaxDsts >= m_end ? reinterpret_cast<const char*>(next) : nullptr, dsts, n, copy_bytes);
+      }
+    };
+    // The rows of positions [i0, i1), token by token. A token no expert takes (drop-and-pad) has no positions
+    // and is not read; the row prefetched during a token's copies is the next token that is.
+    auto copy_positions = [&](int64_t i0, int64_t i1) {
+      if (i0 >= i1) return;
+      int64_t t = p.drop_and_pad ? internal::KeyOfPosition(s.token_offsets, p.tokens, i0) : i0 / K;
+      for (int64_t i = i0; i < i1; ++t) {
+        const int64_t end = std::min(i1, first(t + 1));
+        if (end <= i) continue;
         int64_t t_next = t + 1;
-        while (t_next < t1 && count_of(t_next) == 0) ++t_next;
-        const char* next = t_next < t1 ? reinterpret_cast<const char*>(src_tokens.Row<const T>(t_next)) : nullptr;
-        // Destinations a batch at a time; a row that does not start on 16 bytes is copied with memcpy.
-        for (int64_t m0 = 0; m0 < count; m0 += kMaxDsts) {
-          int64_t n = 0;
-          for (int64_t m = m0; m < std::min(count, m0 + kMaxDsts); ++m) {
-            T* dst = dst_tokens.Row<T>(row_of(t, m));
-            if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) dsts[n++] = reinterpret_cast<char*>(dst);
-            else CopyRow<T>(src, 1, dst, 1, n_cols);
-          }
-          StreamCopyToMany(reinterpret_cast<const char*>(src), m0 + kMaxDsts >= count ? next : nullptr, dsts, n,
-                           n_cols * static_cast<int64_t>(sizeof(T)));
-        }
+        while (t_next < p.tokens && first(t_next + 1) == first(t_next)) ++t_next;
+        const T* next = end < i1 ? p.src_tokens.Row<const T>(t_next) : nullptr;
+        copy_rows(t, i - first(t), end - first(t), next);
+        i = end;
       }
     };
     if (internal::UnevenTokens(heaviest, N + p.tokens, parts, /*per_share=*/1)) {
-      int64_t j0, j1;
-      internal::BalanceColumns(H, sizeof(T), parts, part, &j0, &j1);
-      copy_tokens(0, p.tokens, j0, j1);
+      int64_t i0, i1;
+      internal::Balance211(first(p.tokens), parts, part, &i0, &i1);
+      copy_positions(i0, i1);
     } else {
       queue.TakeRangesByCost(
           p.tokens, internal::WalkChunks(moved, parts, kChunkBytes),
           [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t] + t : t * (K + 1); },
-          [&](int64_t t0, int64_t t1) { copy_tokens(t0, t1, 0, H); });
+          [&](int64_t t0, int64_t t1) { copy_positions(first(t0), first(t1)); });
     }
     if (stream) FlushStreams();
   });
