@@ -81,8 +81,8 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
     // at decode sizes), equal shares of the (token, row) positions instead, whole rows each: a token's rows
     // then split between threads, each of which reads the token's row. Whole rows rather than columns of every
     // row, which made every thread walk the pages of every destination row (a TLB miss and a prefetcher
-    // restart each): DeepSeek-V3's one-token drop-and-pad call at 47% of copy rather than 24%
-    // (docs/performance.md, "Decode sizes").
+    // restart each): DeepSeek-V3's one-token drop-and-pad bf16 call at 64% of copy rather than 26%
+    // (docs/performance.md, "Decode sizes and the token sweep on Zen 4").
     constexpr int64_t kMaxDsts = 64;
     char* dsts[kMaxDsts];
     // The first position of token t's rows (row m of token t is position first(t) + m).
