@@ -30,7 +30,8 @@ inline void Balance211(int64_t n, int parts, int i, int64_t* begin, int64_t* end
 // `total`) is over 1 / per_share of one part's share, by default half (one token routed to every expert slot
 // at decode sizes, the padding token of a drop-and-pad call). Kernels then split the columns of every row, or
 // the rows, instead; each output element adds the same terms in the same order either way. The forward permute
-// asks for a whole share (half a share measured the same there: docs/performance.md, "Decode sizes and the token sweep on Zen 4").
+// asks for a whole share (half a share measured the same there: docs/performance.md, "Decode sizes and the
+// token sweep on Zen 4").
 inline bool UnevenTokens(int64_t heaviest, int64_t total, int parts, int64_t per_share = 2) {
   return parts > 1 && heaviest * per_share * parts > total;
 }
