@@ -88,7 +88,7 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
     // The first position of token t's rows (row m of token t is position first(t) + m).
     auto first = [&](int64_t t) { return p.drop_and_pad ? s.token_offsets[t] : t * K; };
     // Rows [m_begin, m_end) of token t; with streaming stores, `next` (the next token row to be read, or null)
-    // is prefetched during them.
+    // is prefetched during them (plain stores leave it to the hardware: a prefetch there measured the same).
     auto copy_rows = [&](int64_t t, int64_t m_begin, int64_t m_end, const T* next) {
       const T* src = p.src_tokens.Row<const T>(t);
       if (!stream) {
@@ -117,9 +117,12 @@ void TokenPermuteWithRoutingMapRowsTyped(const TokenPermuteWithRoutingMapTask& p
       for (int64_t i = i0; i < i1; ++t) {
         const int64_t end = std::min(i1, first(t + 1));
         if (end <= i) continue;
-        int64_t t_next = t + 1;
-        while (t_next < p.tokens && first(t_next + 1) == first(t_next)) ++t_next;
-        const T* next = end < i1 ? p.src_tokens.Row<const T>(t_next) : nullptr;
+        const T* next = nullptr;
+        if (stream && end < i1) {
+          int64_t t_next = t + 1;
+          while (t_next < p.tokens && first(t_next + 1) == first(t_next)) ++t_next;
+          next = p.src_tokens.Row<const T>(t_next);
+        }
         copy_rows(t, i - first(t), end - first(t), next);
         i = end;
       }
