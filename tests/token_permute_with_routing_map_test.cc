@@ -183,11 +183,13 @@ TEST(TokenPermuteWithRoutingMap, FewTokensSplitRows) {
       for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
         TokenPermuteWithRoutingMapTester().tokens(T).experts(64).capacity(1).drop_and_pad(true).hidden(H)
             .seed(seed++).all_targets(true).Test(dt);
-        TokenPermuteWithRoutingMapTester().tokens(T).experts(64).topk(8).hidden(H).seed(seed++).all_targets(true)
-            .Test(dt);
       }
     }
-    TokenPermuteWithRoutingMapTester().tokens(T).experts(64).capacity(1).drop_and_pad(true).hidden(257)
+    // Rows long enough that the call takes two or more threads (a thread's share is 256 KiB moved): dropless,
+    // one token's K = 8 rows over the threads, and strided views.
+    TokenPermuteWithRoutingMapTester().tokens(T).experts(64).topk(8).hidden(16411).seed(seed++).all_targets(true)
+        .Test(DType::kFloat32);
+    TokenPermuteWithRoutingMapTester().tokens(T).experts(64).capacity(1).drop_and_pad(true).hidden(4500)
         .layout(Layout::kTransposed, Layout::kPadded).seed(seed++).all_targets(true).Test(DType::kFloat16);
   }
   TokenPermuteWithRoutingMapTester().tokens(1).experts(320).capacity(1).drop_and_pad(true).hidden(7168)
