@@ -56,13 +56,6 @@ constexpr bool FmaFromTheStart(int64_t table_bytes) {
   return hwy::IsSame<T, hwy::bfloat16_t>() && table_bytes >= kFmaFromTheStartTableBytes;
 }
 
-// Whether the 16-bit walks take the short step on this CPU (TokenStep's short_step); on AVX-512, where both steps
-// are the same, whether the walks widen bf16 rows by word permutations (LoadPairWhole's kShort form).
-HWY_INLINE bool ShortTokenStep() {
-  static const bool wide = WideTokenStepsOn(ThisCpu().vendor, ThisCpu().family);
-  return !wide;
-}
-
 // The rows of one ScaleRowDot call (the columns of a pair that ScaleDotToken's steps leave over).
 template <typename T>
 struct ScaleDotRows {
@@ -72,75 +65,11 @@ struct ScaleDotRows {
   const T* b = nullptr;
 };
 
-// One block of 16 columns at j of ScaleRowDotUnit, a vector at a time: the dot's partial sums acc (in column
-// order) take (x + b) * g (x, b as kX, kB), then out = rne(g * s) (kOut).
-template <typename T, bool kStream, bool kOut, bool kX, bool kB, int kForm>
-HWY_INLINE void ScaleDotBlock(const T* HWY_RESTRICT g, const T* HWY_RESTRICT x, const T* HWY_RESTRICT b,
-                              T* HWY_RESTRICT out, VF vs, int64_t j, VF* acc) {
-  constexpr size_t kLanes = hn::MaxLanes(DF());
-  const DF d;
-  for (size_t q = 0; q < 16 / kLanes; ++q) {
-    const int64_t o = j + static_cast<int64_t>(q * kLanes);
-    const VF vg = LoadF32(d, g + o);
-    const VF cg = BelowNormalAddend(vg);  // read only by kNoAssist
-    // Loads before the store: out and x rows often share their address bits below 4 KiB, and a load
-    // behind a store to such an address waits for it (measured: a third slower).
-    if (kX || kB) {
-      VF v;
-      if (kX && kB) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
-      else v = LoadF32(d, kX ? x + o : b + o);
-      acc[q] = hn::Add(acc[q], Product<kForm>(v, vg, cg));
-    }
-    if (kOut) PutF32<kStream>(d, Product<kForm>(vs, vg, cg), out + o);
-  }
-}
-
-// One step of ScaleRowDotUnit's pair walk at j, kStepVecs vectors (whole pairs) of every row, two at a time
-// (LoadPairWhole in its kShort form, PutPair), loads before stores as ScaleDotBlock; acc in PairPartials' order.
-template <typename T, bool kStream, bool kOut, bool kX, bool kB, int kForm, bool kShort, size_t kStepVecs>
-HWY_INLINE void ScaleDotPairStep(const T* HWY_RESTRICT g, const T* HWY_RESTRICT x, const T* HWY_RESTRICT b,
-                                 T* HWY_RESTRICT out, VF vs, int64_t j, VF* acc) {
-  constexpr size_t kVecs = 16 / hn::MaxLanes(DF());
-  constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
-  VF vg[kStepVecs], cg[kStepVecs];
-  for (size_t i = 0; i < kStepVecs; i += 2) {
-    LoadPairWhole<kShort>(g + j + static_cast<int64_t>(i) * kL, &vg[i], &vg[i + 1]);
-  }
-  for (size_t i = 0; i < kStepVecs; ++i) cg[i] = BelowNormalAddend(vg[i]);  // read only by kNoAssist
-  if (kX || kB) {
-    VF v[kStepVecs];
-    const T* first = kX ? x : b;
-    for (size_t i = 0; i < kStepVecs; i += 2) {
-      LoadPairWhole<kShort>(first + j + static_cast<int64_t>(i) * kL, &v[i], &v[i + 1]);
-    }
-    if (kX && kB) {
-      for (size_t i = 0; i < kStepVecs; i += 2) {
-        VF b0, b1;
-        LoadPair(b + j + static_cast<int64_t>(i) * kL, &b0, &b1);
-        v[i] = hn::Add(v[i], b0);
-        v[i + 1] = hn::Add(v[i + 1], b1);
-      }
-    }
-    // Vector i holds columns of partial sums i % kVecs (in LoadPair's lane order).
-    for (size_t i = 0; i < kStepVecs; ++i) acc[i % kVecs] = hn::Add(acc[i % kVecs], Product<kForm>(v[i], vg[i], cg[i]));
-  }
-  if (kOut) {
-    for (size_t i = 0; i < kStepVecs; i += 2) {
-      PutPair<kStream>(Product<kForm>(vs, vg[i], cg[i]), Product<kForm>(vs, vg[i + 1], cg[i + 1]),
-                       out + j + static_cast<int64_t>(i) * kL);
-    }
-  }
-}
-
 // Unit-stride rows of n elements, g read once for both results: when kOut, out[j] = rne(g[j] * s) exactly as
 // ScaleRow; returns DotRow(x, 1, b, 1, g, 1, n) when kX or kB (x or b null as there), else 0. With start > 0
 // (a multiple of 16, at most n) columns [0, start) are taken as done: out is written from start on and the dot
 // continues from the 16 partial sums start_part those columns left.
-// The rows move in steps of whole vector pairs (32 columns on AVX-512, 16 on AVX2 and SSE4) from the first
-// column that starts one (the alignment of a streamed bf16 line on AVX-512): a bf16 row on AVX-512 then takes one
-// word permutation per line to narrow and four instructions per vector to round (PutPair) instead of nine, and
-// on AVX2 one interleave to widen. Each partial sum takes its columns in the same order either way.
-template <typename T, bool kStream, bool kOut, bool kX, bool kB, int kForm, bool kShort>
+template <typename T, bool kStream, bool kOut, bool kX, bool kB, int kForm>
 HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n, int64_t start,
                                    const float* start_part) {
   const T* HWY_RESTRICT g = r.g;
@@ -153,29 +82,28 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
   constexpr size_t kVecs = kParts / kLanes;
   constexpr int64_t kL = static_cast<int64_t>(kLanes);
   static_assert(kParts % kLanes == 0, "a vector must hold a whole number of partial sums");
-  constexpr int64_t kStep = 2 * kL > kParts ? 2 * kL : kParts;
   const DF d;
   const VF vs = hn::Set(d, s);
   VF acc[kVecs];
   for (size_t q = 0; q < kVecs; ++q) acc[q] = start_part ? hn::LoadU(d, start_part + q * kLanes) : hn::Zero(d);
   const int64_t blocked = n / kParts * kParts;
   int64_t j = start;
-  // Blocks up to the first step (at most one: start is a multiple of 16).
-  for (; j % kStep != 0 && j < blocked; j += kParts) {
-    ScaleDotBlock<T, kStream, kOut, kX, kB, kForm>(g, x, b, out, vs, j, acc);
-  }
-  if (j + kStep <= n) {
-    HWY_ALIGN float part[kParts];
-    for (size_t q = 0; q < kVecs; ++q) hn::Store(acc[q], d, part + q * kLanes);
-    LoadPairPartials<T>(part, acc);
-    for (; j + kStep <= n; j += kStep) {
-      ScaleDotPairStep<T, kStream, kOut, kX, kB, kForm, kShort, static_cast<size_t>(kStep / kL)>(g, x, b, out, vs, j,
-                                                                                                acc);
+  for (; j < blocked; j += kParts) {
+    for (size_t q = 0; q < kVecs; ++q) {
+      const int64_t o = j + static_cast<int64_t>(q * kLanes);
+      const VF vg = LoadF32(d, g + o);
+      const VF cg = BelowNormalAddend(vg);  // read only by kNoAssist
+      // Loads before the store: out and x rows often share their address bits below 4 KiB, and a load
+      // behind a store to such an address waits for it (measured: a third slower).
+      if (kDot) {
+        VF v;
+        if (kX && kB) v = hn::Add(LoadF32(d, x + o), LoadF32(d, b + o));
+        else v = LoadF32(d, kX ? x + o : b + o);
+        acc[q] = hn::Add(acc[q], Product<kForm>(v, vg, cg));
+      }
+      if (kOut) PutF32<kStream>(d, Product<kForm>(vs, vg, cg), out + o);
     }
-    PairPartials<T>(acc, part);
-    for (size_t q = 0; q < kVecs; ++q) acc[q] = hn::Load(d, part + q * kLanes);
   }
-  for (; j < blocked; j += kParts) ScaleDotBlock<T, kStream, kOut, kX, kB, kForm>(g, x, b, out, vs, j, acc);
   if (kOut) {
     // ScaleRow stores every whole vector with vector code and only the rest element by element.
     for (; j + kL <= n; j += kL) PutF32<kStream>(d, Product<kForm>(LoadF32(d, g + j), vs), out + j);
@@ -199,33 +127,22 @@ HWY_NOINLINE float ScaleRowDotUnit(const ScaleDotRows<T>& r, float s, int64_t n,
 // ScaleRowDotUnit for any out, x, b (null when absent; x only together with out, as in the gradient of a
 // weighted row), from column `start` on with the partial sums start_part (null: from 0); the stores of out
 // stream when `stream` and out is aligned for it; kForm is the products' ProductForm (same bits).
-template <typename T, int kForm, bool kShort>
+template <typename T, int kForm>
 HWY_INLINE float ScaleRowDotAs(const ScaleDotRows<T>& r, float s, bool stream, int64_t n, int64_t start,
                                const float* start_part) {
   if (r.out == nullptr) {
-    if (r.b != nullptr) {
-      return ScaleRowDotUnit<T, false, false, false, true, kForm, kShort>(r, s, n, start, start_part);
-    }
+    if (r.b != nullptr) return ScaleRowDotUnit<T, false, false, false, true, kForm>(r, s, n, start, start_part);
     return 0.0f;
   }
   constexpr bool kCan = CanStream<T>();
   if (kCan && stream && StreamAligned(r.out)) {
-    if (r.x && r.b) return ScaleRowDotUnit<T, kCan, true, true, true, kForm, kShort>(r, s, n, start, start_part);
-    if (r.x) return ScaleRowDotUnit<T, kCan, true, true, false, kForm, kShort>(r, s, n, start, start_part);
-    return ScaleRowDotUnit<T, kCan, true, false, false, kForm, kShort>(r, s, n, start, start_part);
+    if (r.x && r.b) return ScaleRowDotUnit<T, kCan, true, true, true, kForm>(r, s, n, start, start_part);
+    if (r.x) return ScaleRowDotUnit<T, kCan, true, true, false, kForm>(r, s, n, start, start_part);
+    return ScaleRowDotUnit<T, kCan, true, false, false, kForm>(r, s, n, start, start_part);
   }
-  if (r.x && r.b) return ScaleRowDotUnit<T, false, true, true, true, kForm, kShort>(r, s, n, start, start_part);
-  if (r.x) return ScaleRowDotUnit<T, false, true, true, false, kForm, kShort>(r, s, n, start, start_part);
-  return ScaleRowDotUnit<T, false, true, false, false, kForm, kShort>(r, s, n, start, start_part);
-}
-// ScaleRowDotAs in the LoadPairWhole form of this core (ShortTokenStep), where the target has two.
-template <typename T, int kForm>
-HWY_INLINE float ScaleRowDotAs(const ScaleDotRows<T>& r, float s, bool stream, int64_t n, int64_t start,
-                               const float* start_part) {
-  if constexpr (LoadPairWholeForms<T>()) {
-    if (ShortTokenStep()) return ScaleRowDotAs<T, kForm, true>(r, s, stream, n, start, start_part);
-  }
-  return ScaleRowDotAs<T, kForm, false>(r, s, stream, n, start, start_part);
+  if (r.x && r.b) return ScaleRowDotUnit<T, false, true, true, true, kForm>(r, s, n, start, start_part);
+  if (r.x) return ScaleRowDotUnit<T, false, true, true, false, kForm>(r, s, n, start, start_part);
+  return ScaleRowDotUnit<T, false, true, false, false, kForm>(r, s, n, start, start_part);
 }
 template <typename T>
 HWY_INLINE float ScaleRowDot(const ScaleDotRows<T>& r, float s, bool stream, int64_t n, int64_t start = 0,
@@ -266,6 +183,12 @@ constexpr int64_t TokenStep(bool short_step = false) {
   constexpr size_t kLanes = hn::MaxLanes(DF());
   if (sizeof(T) == 2 && kLanes < 16) return (short_step || kLanes < 8 ? 64 : 128) / 2;
   return 256 / static_cast<int64_t>(sizeof(T));
+}
+// Whether the 16-bit walks take the short step on this CPU (TokenStep's short_step); on AVX-512, where both steps
+// are the same, whether the token walks widen bf16 rows by word permutations (LoadPairWhole's kShort form).
+HWY_INLINE bool ShortTokenStep() {
+  static const bool wide = WideTokenStepsOn(ThisCpu().vendor, ThisCpu().family);
+  return !wide;
 }
 // How far ahead of the loads the rows of a token are prefetched.
 constexpr int64_t kTokenPrefetchBytes = 1024;

@@ -31,9 +31,35 @@ HWY_INLINE float WeightOf(const Task& p, int64_t i) {
   return LoadWeight(p.probs, TokenOf(p, i) * p.experts + ExpertOf(p, i), p.weight_dtype);
 }
 
+// The one-pair rows q[0..count) of token row gr (at most kTokenGroup; `pairs` their pair indices) walked
+// together (ScaleDotToken, gr read once per step for all of them, g_next prefetched near the end): each row's
+// rne(v_i * g) and its dot x_r . g to p.dots. Its products in the form after `watch`.
+template <typename T>
+HWY_INLINE void PairRowsWithProbs(const Task& p, const T* gr, const T* g_next, TokenPairRows<T>* q,
+                                  const int64_t* pairs, int64_t count, bool stream, UnderflowWatch& watch) {
+  const int64_t H = p.hidden;
+  const bool short_step = ShortTokenStep();
+  const int64_t end = H / TokenStep<T>(short_step) * TokenStep<T>(short_step);
+  HWY_ALIGN float part[kTokenGroup][16];
+  bool aligned = true;
+  for (int64_t m = 0; m < count; ++m) aligned = aligned && StreamAligned(q[m].out);
+  const bool st = stream && aligned;
+  const int form = ScaleDotTokenWatched<T, true>(st, watch, false, gr, g_next, q, count, end, H, part, short_step);
+  for (int64_t m = 0; m < count; ++m) {
+    ScaleDotRows<T> r;
+    r.g = gr;
+    r.out = q[m].out;
+    r.x = q[m].x;
+    p.dots[pairs[m]] = ScaleRowDot<T>(r, q[m].s, stream, H, end, part[m], form);
+  }
+  // From the first underflowing product on, the products take MulNoAssist (underflow_watch.h).
+  watch.Poll();
+}
+
 // Rows [begin, end) of permutedTokensGrad with probs: row r = rne(sum over its pairs i, ascending, of
 // v_i * unpermutedTokensGrad[t_i]), and for each of those pairs d_i = permutedTokens[r] . unpermutedTokensGrad[t_i]
-// (the canonical dot). A row with one pair (a permutation's every row) reads both rows once for both results.
+// (the canonical dot). A unit-stride row with one pair (a permutation's every row) takes the token walk's steps
+// on its own (PairRowsWithProbs), both rows read once for both results.
 template <typename T>
 void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream, UnderflowWatch& watch) {
   const int64_t H = p.hidden;
@@ -47,13 +73,13 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream, Under
     T* dst = out.Row<T>(r);
     const T* xr = x.Row<const T>(r);
     if (count == 1 && unit) {
-      const int64_t i = pairs[0];
-      ScaleDotRows<T> rows;
-      rows.g = g.Row<const T>(TokenOf(p, i));
-      rows.out = dst;
-      rows.x = xr;
-      p.dots[i] = ScaleRowDot(rows, WeightOf(p, i), stream, H, 0, nullptr, FormAfter(watch, false));
-      watch.Poll();  // underflow_watch.h
+      // The token walk's steps for this one row (x of the next row prefetched near its end).
+      TokenPairRows<T> q;
+      q.out = dst;
+      q.x = xr;
+      q.x_next = r + 1 < end ? x.Row<const T>(r + 1) : nullptr;
+      q.s = WeightOf(p, pairs[0]);
+      PairRowsWithProbs<T>(p, g.Row<const T>(TokenOf(p, pairs[0])), nullptr, &q, pairs, 1, stream, watch);
       continue;
     }
     // Element by element (strided rows, or a row of several pairs): the plain multiply until an underflow,
@@ -85,9 +111,6 @@ void RowsWithProbs(const Task& p, int64_t begin, int64_t end, bool stream, Under
 // ahead, so the next group's rows are prefetched as this one ends.
 template <typename T>
 void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool stream, UnderflowWatch& watch) {
-  const int64_t H = p.hidden;
-  const bool short_step = ShortTokenStep();
-  const int64_t end = H / TokenStep<T>(short_step) * TokenStep<T>(short_step);
   auto first = [&p](int64_t t) { return p.drop_and_pad ? p.token_offsets[t] : t * p.topk; };
   auto pair_at = [&p](int64_t s) { return p.drop_and_pad ? p.token_pairs[s] : s; };
   struct Group {
@@ -114,7 +137,6 @@ void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool st
   };
   TokenPairRows<T> rows[2][kTokenGroup];
   int64_t pairs[2][kTokenGroup];
-  HWY_ALIGN float part[kTokenGroup][16];
   int cur = 0;
   Group g = t_begin < t_end ? after(Group{t_begin, first(t_begin), 0}) : Group{t_end, 0, 0};
   look_up(g, rows[cur], pairs[cur]);
@@ -124,23 +146,8 @@ void RowsWithProbsByToken(const Task& p, int64_t t_begin, int64_t t_end, bool st
     const T* gr = p.grad.Row<const T>(g.t);
     const T* g_next = next.count > 0 && next.t != g.t ? p.grad.Row<const T>(next.t) : nullptr;
     TokenPairRows<T>* q = rows[cur];
-    bool aligned = true;
-    for (int64_t m = 0; m < g.count; ++m) {
-      q[m].x_next = m < next.count ? rows[cur ^ 1][m].x : nullptr;
-      aligned = aligned && StreamAligned(q[m].out);
-    }
-    const bool st = stream && aligned;
-    const int form = ScaleDotTokenWatched<T, true>(st, watch, false, gr, g_next, q, g.count, end, H, part,
-                                                  short_step);
-    for (int64_t m = 0; m < g.count; ++m) {
-      ScaleDotRows<T> r;
-      r.g = gr;
-      r.out = q[m].out;
-      r.x = q[m].x;
-      p.dots[pairs[cur][m]] = ScaleRowDot<T>(r, q[m].s, stream, H, end, part[m], form);
-    }
-    // From the first underflowing product on, the products take MulNoAssist (underflow_watch.h).
-    watch.Poll();
+    for (int64_t m = 0; m < g.count; ++m) q[m].x_next = m < next.count ? rows[cur ^ 1][m].x : nullptr;
+    PairRowsWithProbs<T>(p, gr, g_next, q, pairs[cur], g.count, stream, watch);
     g = next;
   }
 }
