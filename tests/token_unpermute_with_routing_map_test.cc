@@ -360,7 +360,8 @@ TEST(TokenUnpermuteWithRoutingMap, BitIdenticalAcrossSimdTargetsAndThreads) {
 }
 
 // Decode sizes in the pad mode: one or two tokens collect every contribution, so the threads split the columns
-// of the token rows instead of the tokens (rows on and off 64-byte lines; with and without probs).
+// of the token rows instead of the tokens (rows on and off 64-byte lines; with and without probs). At H = 4096
+// every slot's row is a multiple of 4 KiB from the others, and the kernel sums them in smaller groups.
 TEST(TokenUnpermuteWithRoutingMap, FewTokensSplitColumns) {
   uint64_t seed = 1400;
   for (int64_t T : {1, 2}) {

@@ -2,6 +2,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/backend/cpu/kernels/token_unpermute_with_routing_map.cc"
 #include <algorithm>
+#include <cstdint>
 
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
@@ -85,19 +86,38 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
     return {p.permuted.Row<const T>(row_of_q(q)), 1, nullptr, 0, p.weights[q], true};
   };
   // A token of more than kGroup contributions, whole rows; next / next_count: the next token's first terms.
+  // A group takes up to kGroup terms, but at most kSameSetRows whose rows start at the same cache line of a
+  // 4 KiB page: rows a multiple of 4 KiB apart (DeepSeek-V3's 28 KiB fp32 rows, every slot of the one token at
+  // decode sizes) put each column of all of them in one L1 set, and more of them than the set has ways evict
+  // each other's lines between the walk's steps. The group sizes change no bit (the sums go through acc in the
+  // same order whatever the groups).
+  constexpr int kSameSetRows = 8;
   auto sum_many = [&](int64_t t, const Term<T>* next, int next_count) {
     if (H > kAccColumns) return sum_tiles(t);
     const int64_t c = count_of(t);
     T* dst = p.unpermuted.Row<T>(t);
     HWY_ALIGN float acc[kAccColumns];
+    // The group from contribution m on, to out; returns its size.
+    auto fill = [&](int64_t m, Term<T>* out) {
+      uint8_t at_line[64] = {};
+      int n = 0;
+      for (; n < kGroup && m + n < c; ++n) {
+        const Term<T> term = term_of(q_of(t, m + n));
+        uint8_t& rows = at_line[(reinterpret_cast<uintptr_t>(term.x) >> 6) & 63];
+        if (rows == kSameSetRows) break;
+        ++rows;
+        out[n] = term;
+      }
+      return n;
+    };
     Term<T> group[2][kGroup];
+    int sizes[2];
     int cur = 0;
-    for (int m = 0; m < kGroup; ++m) group[cur][m] = term_of(q_of(t, m));
-    for (int64_t m0 = 0; m0 < c; m0 += kGroup, cur ^= 1) {
-      const int count = static_cast<int>(std::min<int64_t>(kGroup, c - m0));
-      const int64_t m1 = m0 + kGroup;  // the next group
-      const int following = static_cast<int>(std::min<int64_t>(kGroup, std::max<int64_t>(0, c - m1)));
-      for (int m = 0; m < following; ++m) group[cur ^ 1][m] = term_of(q_of(t, m1 + m));
+    sizes[cur] = fill(0, group[cur]);
+    for (int64_t m0 = 0; m0 < c; m0 += sizes[cur], cur ^= 1) {
+      const int count = sizes[cur];
+      const int64_t m1 = m0 + count;  // the next group
+      const int following = sizes[cur ^ 1] = m1 < c ? fill(m1, group[cur ^ 1]) : 0;
       const Term<T>* ahead = following > 0 ? group[cur ^ 1] : next;
       const int ahead_count = following > 0 ? following : next_count;
       WithTermForm(TermsNoAssist(watch), [&](auto form) {
