@@ -56,9 +56,9 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
   // Unit-stride rows: a token of at most kGroup contributions is one SumTermsUnit (every term w * x, one fp32
   // multiply, added left to right from the first: SumRowsOf's arithmetic), its rows read side by side and the
   // next token's prefetched; its terms are collected a token ahead. More contributions (the pad mode's padding
-  // tokens, which collect the slack of every under-filled expert): groups of kGroup whole rows through an fp32
-  // row on the stack (up to kAccColumns columns), else tiles of kTile columns, kGroup rows at a time into the
-  // tile's fp32 sums (AddGroup). The same additions in the same order either way.
+  // tokens, which collect the slack of every under-filled expert): groups of up to kGroup whole rows (sum_many)
+  // through an fp32 row on the stack (up to kAccColumns columns), else tiles of kTile columns, kGroup rows at a
+  // time into the tile's fp32 sums (AddGroup). The same additions in the same order either way.
   // The products take the fused form until an underflow is seen, then MulNoAssist, or still the fused
   // form where the core spares it (TermsNoAssist, underflow_watch.h).
   constexpr int64_t kAccColumns = 16384;
