@@ -48,7 +48,9 @@ struct Term {
 template <int kForm, typename T>
 HWY_INLINE VF TermVec(DF d, const Term<T>& t, int64_t j) {
   VF v = (t.x && t.b) ? hn::Add(LoadF32(d, t.x + j), LoadF32(d, t.b + j)) : LoadF32(d, t.x ? t.x + j : t.b + j);
-  return t.scaled ? Product<kForm>(v, hn::Set(d, t.s), hn::Set(d, BelowNormalAddend(t.s))) : v;
+  if (!t.scaled) return v;
+  const VF s = hn::Set(d, t.s);
+  return Product<kForm>(v, s, BelowNormalAddend(s));
 }
 
 // One element of a term, its product in ScalarProduct<kForm>.
@@ -124,9 +126,16 @@ HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
   }
   if (t.scaled) {
     const VF s = hn::Set(DF(), t.s);
-    const VF cs = hn::Set(DF(), BelowNormalAddend(t.s));
-    *v0 = Product<kForm>(*v0, s, cs);
-    *v1 = Product<kForm>(*v1, s, cs);
+    const VF cs = BelowNormalAddend(s);  // from the vector: the scale is read once, broadcast from memory
+    if constexpr (kForm == kNoAssist) {
+      VF v[2] = {*v0, *v1};
+      MulNoAssistN<2>(v, s, cs, v);
+      *v0 = v[0];
+      *v1 = v[1];
+    } else {
+      *v0 = Product<kForm>(*v0, s, cs);
+      *v1 = Product<kForm>(*v1, s, cs);
+    }
   }
 }
 
@@ -240,6 +249,23 @@ HWY_NOINLINE void SumTermsSplit(const Term<T>* terms, int count, const Term<T>* 
 // points of copy at Qwen3-30B-A3B's 4 KiB rows.
 constexpr int64_t kTermProbeBytes = 256;
 
+// out[m] = terms[m] from column j on, m < count.
+template <typename T>
+HWY_INLINE void TermsFrom(const Term<T>* terms, int count, int64_t j, Term<T>* out) {
+  for (int m = 0; m < count; ++m) {
+    out[m] = terms[m];
+    if (out[m].x != nullptr) out[m].x += j * out[m].xs;
+    if (out[m].b != nullptr) out[m].b += j * out[m].bs;
+  }
+}
+
+// Whether a walk's first row goes in two calls, its first kTermProbeBytes and then the rest in the form the
+// watch gives after them (SumTermsRowWatched; the first group of a token of many terms).
+template <typename T>
+HWY_INLINE bool ProbesRow(const UnderflowWatch& watch, int64_t n) {
+  return !watch.seen() && !watch.fused_spared() && n > kTermProbeBytes / static_cast<int64_t>(sizeof(T));
+}
+
 template <typename T>
 HWY_INLINE int SumTermsRowWatched(UnderflowWatch& watch, bool probe, bool stream, const Term<T>* terms, int count,
                                   const Term<T>* next, int next_count, T* dst, int64_t n) {
@@ -263,15 +289,11 @@ HWY_INLINE int SumTermsRowWatched(UnderflowWatch& watch, bool probe, bool stream
     });
   };
   constexpr int64_t kProbe = kTermProbeBytes / static_cast<int64_t>(sizeof(T));
-  if (probe && !watch.seen() && !watch.fused_spared() && n > kProbe) {
+  if (probe && ProbesRow<T>(watch, n)) {
     sum(false, terms, nullptr, 0, dst, kProbe);
     watch.Poll();
     Term<T> rest[kGroup];
-    for (int m = 0; m < count; ++m) {
-      rest[m] = terms[m];
-      if (rest[m].x != nullptr) rest[m].x += kProbe * rest[m].xs;
-      if (rest[m].b != nullptr) rest[m].b += kProbe * rest[m].bs;
-    }
+    TermsFrom(terms, count, kProbe, rest);
     sum(TermsNoAssist(watch), rest, next, next_count, dst + kProbe, n - kProbe);
   } else {
     sum(TermsNoAssist(watch), terms, next, next_count, dst, n);

@@ -120,6 +120,21 @@ void UnpermuteRows(const TokenUnpermuteWithRoutingMapTask& p, int64_t begin, int
       const int following = sizes[cur ^ 1] = m1 < c ? fill(m1, group[cur ^ 1]) : 0;
       const Term<T>* ahead = following > 0 ? group[cur ^ 1] : next;
       const int ahead_count = following > 0 ? following : next_count;
+      if (m0 == 0 && ProbesRow<T>(watch, H)) {
+        // The token's first columns in the fused form, then the rest in the form the watch gives: a padding
+        // token first in a thread's share would otherwise take the slow path for its whole first group.
+        constexpr int64_t kProbe = kTermProbeBytes / static_cast<int64_t>(sizeof(T));
+        SumTermsUnit<T, false, false, true, kFused>(group[cur], count, nullptr, 0, dst, kProbe, acc);
+        watch.Poll();
+        Term<T> rest[kGroup];
+        TermsFrom(group[cur], count, kProbe, rest);
+        WithTermForm(TermsNoAssist(watch), [&](auto form) {
+          SumTermsUnit<T, false, false, true, decltype(form)::value>(rest, count, ahead, ahead_count, dst + kProbe,
+                                                                     H - kProbe, acc + kProbe);
+        });
+        watch.Poll();
+        continue;
+      }
       WithTermForm(TermsNoAssist(watch), [&](auto form) {
         constexpr int kForm = decltype(form)::value;
         if (m0 == 0) {
