@@ -115,6 +115,8 @@ HWY_INLINE void AddGroup(const Term<T>* terms, int count, bool first, bool last,
 }
 
 // Two vectors of term t from column j (a cache line of 16-bit rows on AVX-512), in LoadPairLanes' element order.
+// In kNoAssist both products take one lane test (MulNoAssistN): a tiny row's vectors, every lane below the normal
+// range, skip each vector's test and masked multiply.
 template <int kForm, typename T>
 HWY_INLINE void TermPair(const Term<T>& t, int64_t j, VF* v0, VF* v1) {
   LoadPairLanes(t.x ? t.x + j : t.b + j, v0, v1);
